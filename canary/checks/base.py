@@ -1,0 +1,93 @@
+"""The check interface and registry.
+
+A check takes a CheckContext (the cell, its deployment, the config, results of earlier cells of
+this run) and returns a CheckResult. Each check lives in its own module and registers itself
+with `@register("name")`. The runner calls them in CHECK_ORDER.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from canary.config import CanaryConfig
+from canary.matrix import Cell
+from canary.results import CellResult, CheckResult
+from canary.targets.base import Deployment
+
+CHECK_ORDER = ("startup", "parity", "accuracy", "throughput", "kv_transfer")
+
+
+@dataclass
+class CheckContext:
+    """Everything a check may read."""
+
+    cell: Cell
+    deployment: Deployment
+    config: CanaryConfig
+    cell_dir: Path
+    earlier: dict[str, CellResult] = field(default_factory=dict)
+    scratch: dict[str, object] = field(default_factory=dict)
+
+    def control_for(self) -> CellResult | None:
+        """The aggregated control of a P/D cell: same model, image, backend, dtype, runner, and the
+        prefill block size (else any started aggregated cell of the same image and model)."""
+        cell = self.cell
+        candidates = [
+            r
+            for r in self.earlier.values()
+            if r.cell.topology == "aggregated"
+            and r.cell.model == cell.model
+            and r.cell.image == cell.image
+            and (startup := r.check("startup")) is not None
+            and startup.verdict == "pass"
+        ]
+
+        def score(r: CellResult) -> tuple[int, int, int]:
+            c = r.cell
+            same_config = (
+                c.backend == cell.backend and c.kv_cache_dtype == cell.kv_cache_dtype and c.runner == cell.runner
+            )
+            return (
+                int(same_config),
+                int(c.prefill_block_size == cell.prefill_block_size),
+                int(c.prefill_block_size == cell.decode_block_size),
+            )
+
+        return max(candidates, key=score) if candidates else None
+
+    def baseline_for(self) -> CellResult | None:
+        """The same cell on the baseline image (for regression gates), if it ran earlier."""
+        if self.cell.image == self.config.baseline:
+            return None
+        want = {**self.cell.axis_values(), "image": self.config.baseline}
+        return next((r for r in self.earlier.values() if r.cell.axis_values() == want), None)
+
+
+class Check(Protocol):
+    """A check module's entry point."""
+
+    def __call__(self, ctx: CheckContext) -> CheckResult: ...
+
+
+CheckFn = Callable[[CheckContext], CheckResult]
+_REGISTRY: dict[str, CheckFn] = {}
+
+
+def register(name: str) -> Callable[[CheckFn], CheckFn]:
+    """Register a check function under a name."""
+
+    def wrap(fn: CheckFn) -> CheckFn:
+        _REGISTRY[name] = fn
+        return fn
+
+    return wrap
+
+
+def registered() -> dict[str, CheckFn]:
+    """All registered checks (importing canary.checks registers the built-in ones)."""
+    import canary.checks  # noqa: F401  (registers)
+
+    return dict(_REGISTRY)

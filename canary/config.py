@@ -1,0 +1,493 @@
+"""The canary's configuration: one strict pydantic root model loaded from YAML.
+
+Every model forbids unknown keys and describes every field. `load_config` turns any problem
+(unreadable file, YAML syntax, unknown key, wrong type, impossible value, unknown backend) into a
+`ConfigError` that names the file, the key path and what was expected.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from canary.errors import ConfigError
+
+Runner = Literal["v1", "v2"]
+Topology = Literal["aggregated", "pd-nixl"]
+Platform = Literal["cpu", "sm80", "sm90", "sm100"]
+ExpectKind = Literal["startup-fail", "check-fail", "pass"]
+PositiveInt = Annotated[int, Field(gt=0)]
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class Strict(BaseModel):
+    """Base for every config model: unknown keys are errors, values are validated on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# --------------------------------------------------------------------------- models and images
+
+
+class CompressedCache(Strict):
+    """A compressed KV cache (DeepSeek-V4's indexer cache) stored in blocks of another size."""
+
+    storage_block_size: PositiveInt = Field(description="Tokens per storage block of the compressed cache.")
+    compression_ratio: PositiveInt = Field(description="Logical tokens per stored entry (128 for DeepSeek-V4).")
+
+
+class ModelSpec(Strict):
+    """A model the matrix is run against."""
+
+    name: str = Field(min_length=1, description="Served model name (what requests ask for).")
+    source: str = Field(
+        min_length=1,
+        description="HF model id, local directory, or `builtin:tiny` for the model the project builds.",
+    )
+    attention: Literal["mha", "mla"] = Field("mha", description="Attention kind; MLA models need MLA backends.")
+    compressed_cache: CompressedCache | None = Field(None, description="Set for models with a compressed KV cache.")
+    max_model_len: PositiveInt = Field(2048, description="--max-model-len passed to every server.")
+    tensor_parallel_size: PositiveInt = Field(1, description="--tensor-parallel-size per server.")
+    expected_gsm8k: Probability | None = Field(
+        None, description="Expected GSM8K flexible-extract accuracy of a healthy deployment (the absolute gate)."
+    )
+    extra_args: list[str] = Field(default_factory=list, description="Extra engine CLI args for this model.")
+
+
+class ImageSpec(Strict):
+    """A vLLM build under test: a container image on Kubernetes, an engine venv locally."""
+
+    ref: str = Field(min_length=1, description="Container image reference (Kubernetes target) or a label locally.")
+    engine_python: str | None = Field(
+        None, description="Local target: python of the engine venv (default: .venv-engine/bin/python)."
+    )
+    patches: str | None = Field(
+        None, description="Patch series file (docker/patches format) applied on top of this image's vLLM."
+    )
+    description: str = Field("", description="What this image is (shown in reports).")
+
+
+# --------------------------------------------------------------------------- matrix
+
+
+class CellMatch(Strict):
+    """Selects cells by their axis values; unset fields match anything."""
+
+    model: str | None = Field(None, description="Served model name.")
+    backend: str | None = Field(None, description="Attention backend name.")
+    block_size: PositiveInt | None = Field(None, description="Matches a prefill OR decode block size.")
+    prefill_block_size: PositiveInt | None = Field(None, description="Prefill (or aggregated) block size.")
+    decode_block_size: PositiveInt | None = Field(None, description="Decode block size.")
+    kv_cache_dtype: str | None = Field(None, description="KV cache dtype.")
+    runner: Runner | None = Field(None, description="Model runner.")
+    topology: Topology | None = Field(None, description="aggregated or pd-nixl.")
+    image: str | None = Field(None, description="Image key.")
+
+
+class Expectation(Strict):
+    """A known outcome for matching cells (like vLLM's xfail configs): reported as expected."""
+
+    match: CellMatch = Field(description="Which cells this expectation covers.")
+    expect: ExpectKind = Field(description="startup-fail, check-fail, or pass.")
+    reason: str = Field(min_length=1, description="Why (an issue link or a sentence); shown in every report.")
+    failure_class: str | None = Field(
+        None, description="For startup-fail: the signature id the failure must be classified as."
+    )
+
+
+class ExtraCell(Strict):
+    """A cell added by hand on top of the cross product (e.g. one P/D block-size mismatch)."""
+
+    backend: str = Field(description="Attention backend name.")
+    prefill_block_size: PositiveInt = Field(description="Prefill block size.")
+    decode_block_size: PositiveInt = Field(description="Decode block size.")
+    kv_cache_dtype: str = Field("auto", description="KV cache dtype.")
+    runner: Runner = Field("v1", description="Model runner.")
+    topology: Topology = Field("pd-nixl", description="Topology.")
+    image: str | None = Field(None, description="Image key (default: every image).")
+    model: str | None = Field(None, description="Served model name (default: every model).")
+
+
+class MatrixSpec(Strict):
+    """The axes of the matrix; their cross product (filtered by the capability catalog) is the plan."""
+
+    attention_backends: list[str] = Field(min_length=1, description="Backends by vLLM enum name.")
+    prefill_block_sizes: list[PositiveInt] = Field(
+        min_length=1, description="Logical block sizes of prefill servers (and of aggregated servers)."
+    )
+    decode_block_sizes: list[PositiveInt] | None = Field(
+        None, description="Decode block sizes. Unset: decode uses the prefill block size (P == D only)."
+    )
+    kv_cache_dtypes: list[str] = Field(["auto"], min_length=1, description="--kv-cache-dtype values.")
+    runners: list[Runner] = Field(["v1"], min_length=1, description="v1 or v2 (VLLM_USE_V2_MODEL_RUNNER).")
+    topologies: list[Topology] = Field(
+        ["aggregated", "pd-nixl"], min_length=1, description="aggregated control and/or P/D over NIXL."
+    )
+    images: list[str] | None = Field(None, description="Image keys to run (default: every image).")
+    include: list[ExtraCell] = Field(default_factory=list, description="Cells added by hand.")
+    exclude: list[CellMatch] = Field(default_factory=list, description="Cells removed from the plan.")
+    expectations: list[Expectation] = Field(default_factory=list, description="Known outcomes (xfail).")
+    reduction: Literal["full", "pairwise"] = Field(
+        "full", description="full cross product, or pairwise covering (always keeps high-risk cells)."
+    )
+    run_unsupported: bool = Field(
+        False, description="Run cells the platform cannot honour anyway (to prove fallback detection)."
+    )
+
+    @field_validator("attention_backends", "kv_cache_dtypes")
+    @classmethod
+    def _no_duplicates(cls, values: list[str]) -> list[str]:
+        if len(set(values)) != len(values):
+            raise ValueError(f"duplicate entries in {values}")
+        return values
+
+    @field_validator("attention_backends")
+    @classmethod
+    def _upper_backends(cls, values: list[str]) -> list[str]:
+        return [v.upper() for v in values]
+
+
+# --------------------------------------------------------------------------- checks
+
+
+class StartupCheckConfig(Strict):
+    """Startup: time to ready, failure classification, live-config verification."""
+
+    enabled: bool = Field(True, description="Run the startup check (other checks need a started cell).")
+    timeout_s: PositiveInt = Field(600, description="Deadline for a server to become ready.")
+    poll_interval_s: float = Field(0.5, gt=0, description="How often /health is polled.")
+    verify_live_config: bool = Field(True, description="Fail when the engine runs another config than asked.")
+
+
+class KvTransferCheckConfig(Strict):
+    """KV transfer proof for P/D cells from the decode server's NIXL counters."""
+
+    enabled: bool = Field(True, description="Run the KV-transfer check on pd-nixl cells.")
+    min_bytes: int = Field(1, ge=0, description="Bytes that must have moved during the checks.")
+
+
+class DatasetConfig(Strict):
+    """Where GSM8K comes from."""
+
+    source: Literal["hub", "local", "builtin"] = Field(
+        "builtin", description="hub: openai/gsm8k; local: jsonl files; builtin: the project's tiny dataset."
+    )
+    hub_id: str = Field("openai/gsm8k", description="Dataset id on the hub (source: hub).")
+    train_path: str | None = Field(None, description="Few-shot source jsonl (source: local).")
+    test_path: str | None = Field(None, description="Evaluation jsonl (source: local).")
+
+
+class AccuracyCheckConfig(Strict):
+    """GSM8K through lm-eval with a Wilson absolute gate, a paired McNemar gate and early stop."""
+
+    enabled: bool = Field(True, description="Run GSM8K.")
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig, description="GSM8K data source.")
+    num_fewshot: int = Field(5, ge=0, description="Few-shot examples, as lm-eval's gsm8k task.")
+    limit: PositiveInt = Field(200, description="Questions evaluated at most.")
+    batch_size: PositiveInt = Field(50, description="Questions per sequential batch (early stop granularity).")
+    early_stop: bool = Field(True, description="Stop as soon as the verdict is certain either way.")
+    num_concurrent: PositiveInt = Field(4, description="Concurrent requests lm-eval sends.")
+    max_gen_toks: PositiveInt = Field(64, description="Max generated tokens per answer.")
+    confidence: Probability = Field(0.95, description="Confidence of the Wilson bound.")
+    min_accuracy: Probability | None = Field(None, description="Absolute gate; default: the model's expected_gsm8k.")
+    tolerance: Probability = Field(
+        0.0, description="The gate passes while the Wilson upper bound >= expected - tolerance."
+    )
+    paired_alpha: Probability = Field(0.01, description="Significance of the paired McNemar test vs control.")
+    order_buckets: PositiveInt = Field(4, description="Accuracy per slice of request order.")
+
+
+class ParityCheckConfig(Strict):
+    """Greedy token parity of P/D against the aggregated control."""
+
+    enabled: bool = Field(True, description="Run greedy parity on pd-nixl cells.")
+    prompt_lengths: list[PositiveInt] = Field(
+        [8, 31, 33, 100, 300], description="Prompt lengths in tokens (around and across block boundaries)."
+    )
+    max_tokens: PositiveInt = Field(32, description="Greedy tokens generated per prompt.")
+    min_match_rate: Probability = Field(1.0, description="Token-exact match rate required (1.0 on CPU).")
+
+
+class SloConfig(Strict):
+    """Service-level objectives for goodput."""
+
+    ttft_ms: float | None = Field(None, gt=0, description="Max time to first token.")
+    tpot_ms: float | None = Field(None, gt=0, description="Max time per output token.")
+    e2e_ms: float | None = Field(None, gt=0, description="Max end-to-end latency.")
+
+
+class ThroughputCheckConfig(Strict):
+    """Load test with locust: latency percentiles, tokens/s, goodput, regression vs baseline."""
+
+    enabled: bool = Field(True, description="Run the load test.")
+    endpoint: Literal["completions", "chat"] = Field("completions", description="API under load.")
+    prompt_tokens: PositiveInt = Field(64, description="Prompt length in tokens (mean).")
+    output_tokens: PositiveInt = Field(32, description="Output length in tokens (exact: ignore_eos).")
+    length_distribution: Literal["fixed", "uniform", "normal"] = Field("fixed", description="Length spread.")
+    concurrency: PositiveInt = Field(4, description="Concurrent users (closed loop).")
+    request_rate: float | None = Field(None, gt=0, description="Open loop: requests/s (Poisson).")
+    burstiness: float = Field(1.0, gt=0, description="Gamma shape of arrivals (1 = Poisson).")
+    num_requests: PositiveInt = Field(200, description="Requests measured (after warm-up).")
+    warmup_requests: int = Field(8, ge=0, description="Requests sent first and not measured.")
+    max_duration_s: PositiveInt = Field(120, description="Hard time bound of one load run.")
+    repeats: PositiveInt = Field(1, description="Runs per cell; medians are compared.")
+    slo: SloConfig = Field(default_factory=SloConfig, description="Goodput SLOs.")
+    min_requests_per_s: float | None = Field(None, ge=0, description="Absolute floor.")
+    min_output_tokens_per_s: float | None = Field(None, ge=0, description="Absolute floor.")
+    regression_tolerance: Probability = Field(
+        0.2, description="Allowed relative drop of the candidate vs the baseline image's cell."
+    )
+
+
+class ChecksConfig(Strict):
+    """Per-check settings."""
+
+    startup: StartupCheckConfig = Field(default_factory=StartupCheckConfig, description="Startup check.")
+    kv_transfer: KvTransferCheckConfig = Field(default_factory=KvTransferCheckConfig, description="KV proof.")
+    accuracy: AccuracyCheckConfig = Field(default_factory=AccuracyCheckConfig, description="GSM8K.")
+    parity: ParityCheckConfig = Field(default_factory=ParityCheckConfig, description="Greedy parity.")
+    throughput: ThroughputCheckConfig = Field(default_factory=ThroughputCheckConfig, description="Load test.")
+
+
+# --------------------------------------------------------------------------- export
+
+
+class PushgatewayConfig(Strict):
+    """Push results to a Prometheus Pushgateway."""
+
+    url: str | None = Field(None, description="Pushgateway URL; env PUSHGATEWAY_URL is used when unset.")
+    job: str = Field("vllm-canary", description="Job name of the grouping key.")
+    scope: str = Field("default", description="Second grouping-key label, so several canaries coexist.")
+    retries: int = Field(3, ge=0, description="Retries before spooling to disk.")
+    timeout_s: float = Field(10.0, gt=0, description="Per-request timeout.")
+
+
+class ExportConfig(Strict):
+    """Where results go."""
+
+    results_dir: str = Field("results", description="Run directories land in RESULTS_DIR/<run-id>/.")
+    pushgateway: PushgatewayConfig = Field(default_factory=PushgatewayConfig, description="Pushgateway.")
+    textfile: str | None = Field(None, description="Also write a node-exporter textfile here.")
+    junit: bool = Field(True, description="Write junit.xml.")
+    html: bool = Field(True, description="Write summary.html.")
+
+
+# --------------------------------------------------------------------------- targets
+
+
+class LocalTargetConfig(Strict):
+    """Start real vLLM processes on this machine."""
+
+    engine_python: str = Field(".venv-engine/bin/python", description="Default engine venv python.")
+    entrypoint: list[str] = Field(
+        ["-m", "vllm.entrypoints.openai.api_server"], description="Args after python that start a server."
+    )
+    router: list[str] = Field([".venv-engine/bin/vllm-router"], description="P/D router command (vllm-router).")
+    host: str = Field("127.0.0.1", description="Bind address; loopback unless you know why.")
+    enforce_eager: bool = Field(True, description="--enforce-eager (CPU: saves ~1 min per start).")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra env for every engine process.")
+    extra_args: list[str] = Field(default_factory=list, description="Extra args for every engine.")
+    cpu_kvcache_space_gib: PositiveInt = Field(1, description="VLLM_CPU_KVCACHE_SPACE (CPU only).")
+
+
+class EndpointTargetConfig(Strict):
+    """Check an existing OpenAI-compatible server or P/D router; start nothing."""
+
+    url: str = Field(description="Base URL of the server or router, e.g. http://127.0.0.1:8000.")
+    model: str | None = Field(None, description="Model name (default: the first listed by /v1/models).")
+    metrics_url: str | None = Field(None, description="/metrics of an aggregated server.")
+    prefill_metrics_url: str | None = Field(None, description="/metrics of the prefill server (P/D).")
+    decode_metrics_url: str | None = Field(None, description="/metrics of the decode server (P/D).")
+    topology: Topology = Field("aggregated", description="What sits behind the URL.")
+
+
+class KubernetesTargetConfig(Strict):
+    """Check cells deployed by the vllm-pd Helm chart."""
+
+    namespace: str = Field("vllm-canary", description="Namespace of the cells.")
+    release: str = Field("vllm-pd", description="Helm release name of the vllm-pd chart.")
+    in_cluster: bool = Field(True, description="Use the pod's service account (CronJob).")
+    kubeconfig: str | None = Field(None, description="Kubeconfig path when not in cluster.")
+    ready_timeout_s: PositiveInt = Field(1800, description="Deadline for pods to become Ready.")
+
+
+class TargetConfig(Strict):
+    """Where cells run."""
+
+    kind: Literal["local", "kubernetes", "endpoint"] = Field("local", description="Target kind.")
+    local: LocalTargetConfig = Field(default_factory=LocalTargetConfig, description="Local settings.")
+    endpoint: EndpointTargetConfig | None = Field(None, description="Endpoint settings (kind: endpoint).")
+    kubernetes: KubernetesTargetConfig = Field(
+        default_factory=KubernetesTargetConfig, description="Kubernetes settings."
+    )
+
+    @model_validator(mode="after")
+    def _endpoint_needs_settings(self) -> TargetConfig:
+        if self.kind == "endpoint" and self.endpoint is None:
+            raise ValueError("target.kind is endpoint but target.endpoint is not set")
+        return self
+
+
+# --------------------------------------------------------------------------- root
+
+
+class CanaryConfig(Strict):
+    """The root of a canary config file."""
+
+    version: Literal[1] = Field(1, description="Config schema version.")
+    name: str = Field(min_length=1, pattern=r"^[a-z0-9][a-z0-9-]*$", description="Config name (lowercase-dash).")
+    platform: Platform = Field(description="Where it runs: cpu, sm80, sm90 (H100/H200) or sm100.")
+    models: list[ModelSpec] = Field(min_length=1, description="Models under test.")
+    images: dict[str, ImageSpec] = Field(min_length=1, description="Images by key, e.g. baseline, candidate.")
+    baseline_image: str | None = Field(None, description="Image the others are compared with (default: first).")
+    matrix: MatrixSpec = Field(description="Matrix axes.")
+    checks: ChecksConfig = Field(default_factory=ChecksConfig, description="Per-check settings.")
+    export: ExportConfig = Field(default_factory=ExportConfig, description="Result export.")
+    target: TargetConfig = Field(default_factory=TargetConfig, description="Where cells run.")
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> CanaryConfig:
+        image_keys = set(self.images)
+        for index, image in enumerate(self.matrix.images or []):
+            if image not in image_keys:
+                raise _RefError(f"matrix.images.{index}", f"unknown image {image!r}; defined: {sorted(image_keys)}")
+        if self.baseline_image is not None and self.baseline_image not in image_keys:
+            raise _RefError("baseline_image", f"unknown image {self.baseline_image!r}; defined: {sorted(image_keys)}")
+        model_names = [m.name for m in self.models]
+        if len(set(model_names)) != len(model_names):
+            raise _RefError("models", f"duplicate model names {model_names}")
+        for index, extra in enumerate(self.matrix.include):
+            if extra.image is not None and extra.image not in image_keys:
+                raise _RefError(f"matrix.include.{index}.image", f"unknown image {extra.image!r}")
+            if extra.model is not None and extra.model not in model_names:
+                raise _RefError(f"matrix.include.{index}.model", f"unknown model {extra.model!r}")
+        return self
+
+    @property
+    def baseline(self) -> str:
+        """The baseline image key."""
+        return self.baseline_image or next(iter(self.images))
+
+    def image_keys(self) -> list[str]:
+        """Image keys the matrix runs."""
+        return list(self.matrix.images or self.images)
+
+
+class _RefError(ValueError):
+    """A cross-reference error that knows its key path."""
+
+    def __init__(self, key_path: str, message: str) -> None:
+        super().__init__(message)
+        self.key_path = key_path
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Parse one `--set a.b.c=value` override. The value is read as YAML (so 3, true, [1,2] work)."""
+    if "=" not in text:
+        raise ConfigError("--set", text, "expected KEY.PATH=VALUE")
+    key, raw = text.split("=", 1)
+    parts = key.strip().split(".")
+    if not key.strip() or any(not p for p in parts):
+        raise ConfigError("--set", text, "expected a dotted key path like checks.accuracy.limit")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError("--set", key, f"value is not valid YAML: {exc}") from None
+    return parts, value
+
+
+def apply_override(data: dict[str, Any], parts: list[str], value: Any) -> None:
+    """Set data[p0][p1]...[pn] = value, creating mappings and indexing lists by number."""
+    node: Any = data
+    for depth, part in enumerate(parts[:-1]):
+        where = ".".join(parts[: depth + 1])
+        if isinstance(node, list):
+            node = node[_list_index(node, part, where)]
+        elif isinstance(node, dict):
+            if node.get(part) is None:
+                node[part] = {}
+            node = node[part]
+        else:
+            raise ConfigError("--set", where, f"cannot descend into a {type(node).__name__}")
+    last = parts[-1]
+    if isinstance(node, list):
+        node[_list_index(node, last, ".".join(parts))] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise ConfigError("--set", ".".join(parts), f"cannot set a key on a {type(node).__name__}")
+
+
+def _list_index(node: list[Any], part: str, where: str) -> int:
+    if not part.isdigit() or int(part) >= len(node):
+        raise ConfigError("--set", where, f"expected a list index below {len(node)}")
+    return int(part)
+
+
+def _format_location(loc: tuple[int | str, ...]) -> str:
+    # pydantic adds the tag of a discriminated union / the function name of a validator: keep keys only
+    return ".".join(str(p) for p in loc if not str(p).startswith("function-"))
+
+
+def _describe(error: dict[str, Any]) -> str:
+    kind = error.get("type", "")
+    if kind == "extra_forbidden":
+        return "unknown key (check the spelling; see the config reference in README.md)"
+    if kind == "missing":
+        return "required key is missing"
+    got = error.get("input")
+    message = str(error.get("msg", "invalid value"))
+    if isinstance(got, (str, int, float, bool)) and kind not in ("missing",):
+        return f"{message} (got {got!r})"
+    return message
+
+
+def validate_config(data: Any, source: str) -> CanaryConfig:
+    """Validate parsed YAML into a CanaryConfig, raising ConfigError with file and key path."""
+    if not isinstance(data, dict):
+        raise ConfigError(source, "", f"expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        config = CanaryConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        ctx_error = first.get("ctx", {}).get("error")
+        if isinstance(ctx_error, _RefError):
+            raise ConfigError(source, ctx_error.key_path, str(ctx_error)) from None
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ConfigError(source, _format_location(first["loc"]), _describe(dict(first)) + more) from None
+    from canary.catalog import load_catalog, validate_against_catalog
+
+    validate_against_catalog(config, load_catalog(), source)
+    return config
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> CanaryConfig:
+    """Read a YAML config file, apply `--set` overrides, validate."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(source, "", "file not found") from None
+    except OSError as exc:
+        raise ConfigError(source, "", f"cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(source, where, f"YAML syntax error: {problem}") from None
+    if data is None:
+        raise ConfigError(source, "", "file is empty")
+    for text_override in overrides or []:
+        parts, value = parse_override(text_override)
+        if not isinstance(data, dict):
+            raise ConfigError(source, "", "expected a mapping at the top level")
+        apply_override(data, parts, value)
+    return validate_config(data, source)

@@ -1,0 +1,22 @@
+"""Errors that reach the user as one clear line and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+
+class CanaryError(Exception):
+    """A user-facing error. The CLI prints it on one line and exits with `exit_code`."""
+
+    exit_code = 1
+
+
+class ConfigError(CanaryError):
+    """The configuration (file, --set override or catalog) is invalid. Exits 2."""
+
+    exit_code = 2
+
+    def __init__(self, source: str, key_path: str, message: str) -> None:
+        self.source = source
+        self.key_path = key_path
+        self.message = message
+        where = f"{source}: {key_path}" if key_path else source
+        super().__init__(f"{where}: {message}")
