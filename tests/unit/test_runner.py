@@ -1,0 +1,132 @@
+"""The runner's judging logic: expectations (xfail semantics), skipped cells, crashing checks, Ctrl-C.
+
+These use an in-process target stand-in (StandInTarget) that deploys nothing: the real local
+target is exercised by the engine tests under tests/integration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from canary.checks import base as checks_base
+from canary.config import load_config
+from canary.matrix import Cell, find, plan
+from canary.paths import CONFIGS_DIR
+from canary.results import CheckResult
+from canary.runner import apply_expectation, execute
+from canary.targets.base import Deployment
+
+
+class StandInTarget:
+    """A stand-in target: 'deploys' instantly; raises KeyboardInterrupt on a chosen cell."""
+
+    kind = "stand-in"
+
+    def __init__(self, interrupt_on: str | None = None) -> None:
+        self.interrupt_on = interrupt_on
+        self.deployed: list[str] = []
+        self.torn_down: list[str] = []
+
+    @contextmanager
+    def deploy(self, cell: Cell, log_dir: Path) -> Iterator[Deployment]:
+        if cell.id == self.interrupt_on:
+            raise KeyboardInterrupt
+        self.deployed.append(cell.id)
+        try:
+            yield Deployment(cell=cell, base_url="http://127.0.0.1:9", served_model=cell.model, started=True)
+        finally:
+            self.torn_down.append(cell.id)
+
+    def describe(self, cell: Cell) -> dict[str, object]:
+        return {}
+
+
+def _cells() -> list[Cell]:
+    return list(plan(load_config(CONFIGS_DIR / "cpu-default.yaml")).cells)
+
+
+def _check(name: str, verdict: str, failure_class: str = "") -> CheckResult:
+    evidence = {"failure_class": failure_class} if failure_class else {}
+    return CheckResult(name=name, verdict=verdict, summary=f"{name} {verdict}", evidence=evidence)  # type: ignore[arg-type]
+
+
+def test_expected_startup_failure_with_the_right_class() -> None:
+    cell = find(_cells(), "agg.cpu_attn.b16.auto.v1.baseline")
+    assert cell is not None
+    verdict, reason = apply_expectation(cell, [_check("startup", "fail", "no-common-block-size")])
+    assert verdict == "expected-fail" and "no-common-block-size" in reason
+
+
+def test_expected_startup_failure_with_another_class_fails() -> None:
+    cell = find(_cells(), "agg.cpu_attn.b16.auto.v1.baseline")
+    assert cell is not None
+    verdict, reason = apply_expectation(cell, [_check("startup", "fail", "cuda-oom")])
+    assert verdict == "fail" and "expected no-common-block-size" in reason
+
+
+def test_expected_failure_that_passes_is_flagged() -> None:
+    cell = find(_cells(), "agg.cpu_attn.b16.auto.v1.baseline")
+    assert cell is not None
+    verdict, _ = apply_expectation(cell, [_check("startup", "pass"), _check("accuracy", "pass")])
+    assert verdict == "unexpected-pass"
+
+
+def test_no_expectation_takes_the_worst_check() -> None:
+    cell = find(_cells(), "agg.cpu_attn.b32.auto.v1.baseline")
+    assert cell is not None
+    verdict, reason = apply_expectation(cell, [_check("startup", "pass"), _check("accuracy", "fail")])
+    assert verdict == "fail" and reason.startswith("accuracy:")
+
+
+def _register_temp_checks(monkeypatch: pytest.MonkeyPatch, accuracy_verdict: str) -> None:
+    def startup(ctx: checks_base.CheckContext) -> CheckResult:
+        return _check("startup", "pass")
+
+    def accuracy(ctx: checks_base.CheckContext) -> CheckResult:
+        if accuracy_verdict == "crash":
+            raise RuntimeError("boom")
+        return _check("accuracy", accuracy_verdict)
+
+    import canary.runner
+
+    monkeypatch.setattr(canary.runner, "registered", lambda: {"startup": startup, "accuracy": accuracy})
+
+
+def test_execute_runs_planned_cells_and_tears_each_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _register_temp_checks(monkeypatch, "pass")
+    config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["matrix.expectations=[]"])
+    the_plan = plan(config)
+    target = StandInTarget()
+    run = execute(config, the_plan, tmp_path / "run", target=target, progress=lambda _: None)
+    assert target.deployed == target.torn_down
+    by_id = {c.cell.id: c for c in run.cells}
+    assert by_id["agg.cpu_attn.b16.auto.v1.baseline"].verdict == "skipped"
+    assert by_id["agg.cpu_attn.b32.auto.v1.baseline"].verdict == "pass"
+    assert run.ok and not run.interrupted
+
+
+def test_a_crashing_check_is_an_error_not_a_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _register_temp_checks(monkeypatch, "crash")
+    config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["matrix.expectations=[]"])
+    run = execute(config, plan(config), tmp_path / "run", target=StandInTarget(), progress=lambda _: None)
+    cell = next(c for c in run.cells if c.cell.id == "agg.cpu_attn.b32.auto.v1.baseline")
+    assert cell.verdict == "error"
+    accuracy = cell.check("accuracy")
+    assert accuracy is not None and "boom" in accuracy.summary
+    assert not run.ok
+
+
+def test_ctrl_c_marks_the_rest_and_returns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _register_temp_checks(monkeypatch, "pass")
+    config = load_config(CONFIGS_DIR / "cpu-default.yaml")
+    target = StandInTarget(interrupt_on="pd.cpu_attn.p32-d32.auto.v1.baseline")
+    run = execute(config, plan(config), tmp_path / "run", target=target, progress=lambda _: None)
+    assert run.interrupted
+    assert len(run.cells) == len(plan(config).cells)
+    rest = [c for c in run.cells if c.reason == "interrupted (Ctrl-C)"]
+    assert rest[0].cell.id == "pd.cpu_attn.p32-d32.auto.v1.baseline"
+    assert target.deployed == target.torn_down
