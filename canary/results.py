@@ -90,6 +90,7 @@ class RunResult(_Model):
     config_path: str = Field("", description="Config file the run used.")
     platform: str = Field(description="Platform id.")
     target: str = Field(description="Target kind.")
+    baseline_image: str = Field("", description="Image key the other images are compared with (config baseline).")
     started_at: dt.datetime = Field(default_factory=utc_now, description="Start (UTC).")
     finished_at: dt.datetime | None = Field(None, description="End (UTC).")
     duration_s: float = Field(0.0, description="Wall time.")

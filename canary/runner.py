@@ -157,6 +157,7 @@ def execute(
         config_path=config_path,
         platform=config.platform,
         target=config.target.kind,
+        baseline_image=config.baseline,
         canary_version=__version__,
     )
     started = time.monotonic()
