@@ -1,20 +1,20 @@
-"""Writers of a run's results: results.json (and, added by the report modules, JUnit, Markdown, HTML)."""
+"""Writers of a run's results into results/<run-id>/: results.json, junit.xml, summary.md,
+summary.html and metrics.prom (the Prometheus textfile of the run); `latest` points at the newest run."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from canary.report.atomic import write_atomic
 from canary.results import RunResult
+
+TEXTFILE_NAME = "metrics.prom"
 
 
 def write_json(run: RunResult, run_dir: Path) -> Path:
     """Write results.json atomically (temp file + rename: never half-written)."""
-    path = run_dir / "results.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(run.model_dump_json(indent=2), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_atomic(run_dir / "results.json", run.model_dump_json(indent=2))
 
 
 def point_latest(results_root: Path, run_dir: Path) -> Path:
@@ -28,6 +28,22 @@ def point_latest(results_root: Path, run_dir: Path) -> Path:
     return link
 
 
-def write_all(run: RunResult, run_dir: Path) -> list[Path]:
-    """Write every result file of a run; returns the paths written."""
-    return [write_json(run, run_dir)]
+def write_all(run: RunResult, run_dir: Path, *, junit: bool = True, html: bool = True) -> list[Path]:
+    """Write every result file of a run; returns the paths written.
+
+    results.json first (the source of truth; the others are views of it). junit/html follow the
+    config's export.junit / export.html.
+    """
+    from canary.export.textfile import write_textfile
+    from canary.report.html import write_html
+    from canary.report.junit import write_junit
+    from canary.report.markdown import write_markdown
+
+    written = [write_json(run, run_dir)]
+    if junit:
+        written.append(write_junit(run, run_dir))
+    written.append(write_markdown(run, run_dir))
+    if html:
+        written.append(write_html(run, run_dir))
+    written.append(write_textfile(run, run_dir / TEXTFILE_NAME))
+    return written

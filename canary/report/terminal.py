@@ -1,24 +1,56 @@
-"""The terminal view of a run: one row per cell with its verdict and check verdicts."""
+"""The terminal view of a run: the matrix grids (as in summary.md) and one row per cell with its numbers."""
 
 from __future__ import annotations
 
+from rich.console import Group, RenderableType
 from rich.table import Table
+from rich.text import Text
 
+from canary.report.grid import DETAIL_COLUMNS, VERDICT_RICH_STYLE, Section, fmt, number, sections
 from canary.results import RunResult
 
 CHECKS = ("startup", "parity", "accuracy", "throughput", "kv_transfer")
 
 
-def render_grid(run: RunResult) -> Table:
-    """A rich table of the run."""
-    table = Table(title=f"run {run.run_id}: {run.counts()}")
-    for column in ("cell", "verdict", *CHECKS, "reason"):
+def _verdict(verdict: str) -> Text:
+    return Text(verdict, style=VERDICT_RICH_STYLE.get(verdict, ""))
+
+
+def _grid(section: Section) -> Table:
+    table = Table(title=section.title, title_justify="left")
+    table.add_column("block")
+    for column in section.columns:
+        table.add_column(column)
+    for row in section.rows:
+        values: list[RenderableType] = [row]
+        for column in section.columns:
+            text = Text()
+            for index, entry in enumerate(section.at(row, column)):
+                if index:
+                    text.append("\n")
+                text.append(entry.verdict, style=VERDICT_RICH_STYLE.get(entry.verdict, ""))
+                if entry.variant:
+                    text.append(f" {entry.variant}")
+            values.append(text)
+        table.add_row(*values)
+    return table
+
+
+def _cells(run: RunResult) -> Table:
+    table = Table(title=f"run {run.run_id}: {run.counts()}", title_justify="left")
+    for column in ("cell", "verdict", *CHECKS, *(c.header for c in DETAIL_COLUMNS), "reason"):
         table.add_column(column, overflow="fold")
     for result in run.cells:
-        row = [result.cell.id, result.verdict]
+        row: list[RenderableType] = [result.cell.id, _verdict(result.verdict)]
         for name in CHECKS:
             check = result.check(name)
-            row.append(check.verdict if check else "-")
+            row.append(_verdict(check.verdict) if check else "-")
+        row += [fmt(number(result, c.check, c.key), c.unit) for c in DETAIL_COLUMNS]
         row.append(result.reason)
         table.add_row(*row)
     return table
+
+
+def render_grid(run: RunResult) -> Group:
+    """The matrix grids per image and topology, then the per-cell table."""
+    return Group(*(_grid(section) for section in sections(run)), _cells(run))

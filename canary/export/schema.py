@@ -1,0 +1,415 @@
+"""The Prometheus metric schema of the canary, defined once.
+
+Every exporter (Pushgateway, node-exporter textfile, `canary serve-metrics`), the Grafana
+dashboards (canary/dashboards.py) and the alert rules (configs/alerts/canary-rules.yaml, checked
+against this module by tests) use the names, help texts, units and labels below.
+
+All metrics are gauges: a run is a snapshot, and the whole run replaces the previous one.
+
+Labels
+------
+Cell metrics carry the cell's coordinates (``CELL_LABELS``), taken from ``canary.matrix.Cell``:
+
+==================  ==========================================================================
+label               value
+==================  ==========================================================================
+cell                the cell id, e.g. ``pd.cpu_attn.p32-d64.auto.v1.baseline``
+model               served model name
+backend             attention backend asked for (``FLASHINFER``)
+prefill_block_size  ``--block-size`` of prefill (or of the aggregated server)
+decode_block_size   ``--block-size`` of decode (== prefill when aggregated)
+kernel_block_size   kernel block(s) the backend runs with: ``64``, ``64/64`` for P/D, ``-`` none
+kv_cache_dtype      ``--kv-cache-dtype``
+runner              model runner ``v1`` / ``v2``
+topology            ``aggregated`` / ``pd-nixl``
+image               image key of the config (``baseline``, ``patched``)
+==================  ==========================================================================
+
+plus, where relevant: ``check`` (startup, parity, accuracy, throughput, kv_transfer, deploy),
+``verdict`` (one of the 8 verdicts), ``quantile`` (0.5, 0.9, 0.99) and ``failure_class`` (a
+name of the failure-signature catalog, ``unclassified`` otherwise). Run metrics carry
+``config``, ``platform``, ``target``, ``canary_version`` (``canary_run_info``) and
+``image``, ``image_ref``, ``baseline`` (``canary_image_info``). The Pushgateway adds its grouping
+key ``job`` and ``scope``; no metric defines labels of those names (the grouping key would
+silently override them).
+
+Cardinality
+-----------
+Bounded by the config, never by time: there is no run id, timestamp, URL or free text in any
+label. A run exposes at most ``SERIES_PER_CELL`` (46) series per cell plus ~15 run series: the
+CPU default (9 cells) < 430 series, a 500-cell GPU matrix < 23k. Every push replaces the whole
+group, so series of cells no longer in the matrix disappear with the next run. ``verdict`` and
+``failure_class`` series exist only for the current value (one series per cell), so a change of
+verdict does not leave a second live series behind.
+
+Where the numbers come from
+---------------------------
+Check results carry numbers in ``CheckResult.metrics`` under the keys of ``CHECK_METRIC_KEYS``
+(unit in the key: ``_s`` seconds, ``_per_s`` per second, ratios in 0..1, bytes as counts). A key
+that a check does not report produces no series; a NaN or infinite value produces none either.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from canary.matrix import Cell
+from canary.results import CellResult, CheckResult, RunResult
+
+PREFIX = "canary_"
+
+CELL_LABELS: tuple[str, ...] = (
+    "cell",
+    "model",
+    "backend",
+    "prefill_block_size",
+    "decode_block_size",
+    "kernel_block_size",
+    "kv_cache_dtype",
+    "runner",
+    "topology",
+    "image",
+)
+RUN_LABELS: tuple[str, ...] = ("config", "platform", "target", "canary_version")
+IMAGE_LABELS: tuple[str, ...] = ("image", "image_ref", "baseline")
+# Labels the Pushgateway's grouping key owns: no metric may define them.
+RESERVED_LABELS = frozenset({"job", "scope", "instance"})
+
+# Numeric status of a verdict, for heatmaps (Grafana value mappings): higher is worse.
+VERDICT_CODES: dict[str, int] = {
+    "pass": 0,
+    "expected-fail": 1,
+    "skipped": 2,
+    "unsupported": 3,
+    "unexpected-pass": 4,
+    "invalid": 5,
+    "fail": 6,
+    "error": 7,
+}
+FAILING_VERDICT_REGEX = "fail|error|unexpected-pass|invalid"
+
+QUANTILES: dict[str, str] = {"p50": "0.5", "p90": "0.9", "p99": "0.99"}
+LATENCIES: dict[str, str] = {
+    "ttft": "time to first token",
+    "tpot": "time per output token (after the first)",
+    "itl": "inter-token latency",
+    "e2e": "end-to-end request latency",
+}
+
+_FAILURE_CLASS = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric: name (unit suffix included), help, unit and label names."""
+
+    name: str
+    help: str
+    unit: str
+    labels: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.name.startswith(PREFIX):
+            raise ValueError(f"{self.name}: metric names start with {PREFIX}")
+        if self.unit and not self.name.endswith(f"_{self.unit}"):
+            raise ValueError(f"{self.name}: the name must end with its unit _{self.unit}")
+        if RESERVED_LABELS & set(self.labels):
+            raise ValueError(f"{self.name}: labels {sorted(RESERVED_LABELS & set(self.labels))} are reserved")
+
+
+@dataclass(frozen=True)
+class CheckMetric:
+    """Where a metric's value comes from: CheckResult.metrics[key] of check `check`."""
+
+    spec: MetricSpec
+    check: str
+    key: str
+    extra: tuple[tuple[str, str], ...] = field(default=())
+
+
+def _cell(name: str, help_text: str, unit: str = "", *extra: str) -> MetricSpec:
+    return MetricSpec(PREFIX + name, help_text, unit, (*CELL_LABELS, *extra))
+
+
+# --------------------------------------------------------------------------- the metrics
+
+CELL_VERDICT = _cell("cell_verdict", "1 for the cell's verdict in the last run (label verdict).", "", "verdict")
+CELL_STATUS = _cell(
+    "cell_status_code",
+    "The cell's verdict as a number (0 pass, 1 expected-fail, 2 skipped, 3 unsupported, "
+    "4 unexpected-pass, 5 invalid, 6 fail, 7 error): higher is worse.",
+)
+CELL_DURATION = _cell("cell_duration_seconds", "Wall time of the cell: deploy, checks, teardown.", "seconds")
+CHECK_VERDICT = _cell(
+    "check_verdict", "1 for a check's verdict on the cell (labels check, verdict).", "", "check", "verdict"
+)
+CHECK_STATUS = _cell("check_status_code", "A check's verdict as a number (as canary_cell_status_code).", "", "check")
+CHECK_DURATION = _cell("check_duration_seconds", "Wall time of a check.", "seconds", "check")
+STARTUP_SECONDS = _cell(
+    "startup_duration_seconds", "Time from launch until every server of the cell was ready.", "seconds"
+)
+STARTUP_FAILURE = _cell(
+    "startup_failure_info",
+    "1 when the cell failed to start; failure_class names the known signature.",
+    "",
+    "failure_class",
+)
+REQUESTS_PER_S = _cell(
+    "throughput_requests_per_second", "Completed requests per second under load (median of repeats)."
+)
+OUTPUT_TOKENS_PER_S = _cell(
+    "throughput_output_tokens_per_second", "Output tokens per second under load (median of repeats)."
+)
+GOODPUT_PER_S = _cell("goodput_requests_per_second", "Requests per second that met every configured SLO.")
+LATENCY: dict[str, MetricSpec] = {
+    "ttft": _cell("ttft_seconds", "Time to first token under load, by quantile.", "seconds", "quantile"),
+    "tpot": _cell(
+        "tpot_seconds", "Time per output token (after the first) under load, by quantile.", "seconds", "quantile"
+    ),
+    "itl": _cell("itl_seconds", "Inter-token latency under load, by quantile.", "seconds", "quantile"),
+    "e2e": _cell("e2e_latency_seconds", "End-to-end request latency under load, by quantile.", "seconds", "quantile"),
+}
+ACCURACY = _cell(
+    "gsm8k_accuracy_ratio", "GSM8K exact-match accuracy (flexible extract) of the questions evaluated.", "ratio"
+)
+ACCURACY_LOW = _cell(
+    "gsm8k_accuracy_wilson_lower_ratio", "Lower bound of the Wilson interval of GSM8K accuracy.", "ratio"
+)
+ACCURACY_HIGH = _cell(
+    "gsm8k_accuracy_wilson_upper_ratio", "Upper bound of the Wilson interval of GSM8K accuracy.", "ratio"
+)
+ACCURACY_GATE = _cell(
+    "gsm8k_accuracy_gate_ratio",
+    "The accuracy gate: the Wilson upper bound must reach it (expected - tolerance).",
+    "ratio",
+)
+ACCURACY_QUESTIONS = _cell("gsm8k_questions", "GSM8K questions evaluated (early stop may end before the limit).")
+PARITY = _cell(
+    "parity_match_ratio", "Greedy token parity of the cell against its aggregated control (1 = identical).", "ratio"
+)
+NIXL_BYTES = _cell(
+    "nixl_transferred_bytes", "KV-cache bytes NIXL moved from prefill to decode during the checks.", "bytes"
+)
+NIXL_FAILED = _cell("nixl_failed_transfers", "NIXL transfers that failed during the checks.")
+
+RUN_TIMESTAMP = MetricSpec(PREFIX + "run_timestamp_seconds", "When the last run finished (Unix time).", "seconds", ())
+RUN_DURATION = MetricSpec(PREFIX + "run_duration_seconds", "Wall time of the last run.", "seconds", ())
+RUN_CELLS = MetricSpec(
+    PREFIX + "run_cells", "Cells of the last run, by verdict (every verdict, 0 included).", "", ("verdict",)
+)
+RUN_INTERRUPTED = MetricSpec(PREFIX + "run_interrupted", "1 when the last run was stopped before it finished.", "", ())
+RUN_INFO = MetricSpec(PREFIX + "run_info", "1; labels describe the last run.", "", RUN_LABELS)
+IMAGE_INFO = MetricSpec(
+    PREFIX + "image_info", '1 per image of the last run; baseline="true" marks the baseline image.', "", IMAGE_LABELS
+)
+
+# CheckResult.metrics keys -> metrics. Checks report these keys (unit in the key).
+CHECK_METRICS: tuple[CheckMetric, ...] = (
+    CheckMetric(STARTUP_SECONDS, "startup", "startup_s"),
+    CheckMetric(REQUESTS_PER_S, "throughput", "requests_per_s"),
+    CheckMetric(OUTPUT_TOKENS_PER_S, "throughput", "output_tokens_per_s"),
+    CheckMetric(GOODPUT_PER_S, "throughput", "goodput_requests_per_s"),
+    *(
+        CheckMetric(LATENCY[kind], "throughput", f"{kind}_{q}_s", (("quantile", value),))
+        for kind in LATENCIES
+        for q, value in QUANTILES.items()
+    ),
+    CheckMetric(ACCURACY, "accuracy", "accuracy"),
+    CheckMetric(ACCURACY_LOW, "accuracy", "accuracy_wilson_low"),
+    CheckMetric(ACCURACY_HIGH, "accuracy", "accuracy_wilson_high"),
+    CheckMetric(ACCURACY_GATE, "accuracy", "accuracy_gate"),
+    CheckMetric(ACCURACY_QUESTIONS, "accuracy", "questions"),
+    CheckMetric(PARITY, "parity", "parity_match_rate"),
+    CheckMetric(NIXL_BYTES, "kv_transfer", "nixl_bytes_transferred"),
+    CheckMetric(NIXL_FAILED, "kv_transfer", "nixl_failed_transfers"),
+)
+# The contract with the checks: check name -> the CheckResult.metrics keys the exporters read.
+CHECK_METRIC_KEYS: dict[str, tuple[str, ...]] = {}
+for _m in CHECK_METRICS:
+    CHECK_METRIC_KEYS[_m.check] = (*CHECK_METRIC_KEYS.get(_m.check, ()), _m.key)
+
+CELL_METRICS: tuple[MetricSpec, ...] = (
+    CELL_VERDICT,
+    CELL_STATUS,
+    CELL_DURATION,
+    CHECK_VERDICT,
+    CHECK_STATUS,
+    CHECK_DURATION,
+    STARTUP_FAILURE,
+)
+RUN_METRICS: tuple[MetricSpec, ...] = (RUN_TIMESTAMP, RUN_DURATION, RUN_CELLS, RUN_INTERRUPTED, RUN_INFO, IMAGE_INFO)
+
+
+def _all_specs() -> tuple[MetricSpec, ...]:
+    seen: dict[str, MetricSpec] = {}
+    for spec in (*CELL_METRICS, *(m.spec for m in CHECK_METRICS), *RUN_METRICS):
+        seen.setdefault(spec.name, spec)
+    return tuple(seen.values())
+
+
+ALL_METRICS: tuple[MetricSpec, ...] = _all_specs()
+METRICS_BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in ALL_METRICS}
+# Upper bound of series one cell can produce (for the cardinality estimate above).
+# 4 cell series (verdict, status, duration, failure), 3 per check (6 check names), the check numbers.
+SERIES_PER_CELL = 4 + 3 * 6 + len(CHECK_METRICS)
+
+
+# --------------------------------------------------------------------------- samples
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One series and its value."""
+
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+def cell_labels(cell: Cell) -> dict[str, str]:
+    """The label values of a cell (CELL_LABELS order)."""
+    return {
+        "cell": cell.id,
+        "model": cell.model,
+        "backend": cell.backend,
+        "prefill_block_size": str(cell.prefill_block_size),
+        "decode_block_size": str(cell.decode_block_size),
+        "kernel_block_size": cell.kernel_label,
+        "kv_cache_dtype": cell.kv_cache_dtype,
+        "runner": cell.runner,
+        "topology": cell.topology,
+        "image": cell.image,
+    }
+
+
+def failure_class(check: CheckResult) -> str:
+    """The startup failure class of a failed startup check, bounded to catalog-like names."""
+    raw = str(check.evidence.get("failure_class") or "")
+    return raw if _FAILURE_CLASS.match(raw) else "unclassified"
+
+
+def _finite(value: float) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def _cell_samples(result: CellResult) -> Iterator[Sample]:
+    base = cell_labels(result.cell)
+    yield Sample(CELL_VERDICT.name, {**base, "verdict": result.verdict}, 1.0)
+    yield Sample(CELL_STATUS.name, base, float(VERDICT_CODES[result.verdict]))
+    if result.checks:
+        yield Sample(CELL_DURATION.name, base, result.duration_s)
+    for check in result.checks:
+        labels = {**base, "check": check.name}
+        yield Sample(CHECK_VERDICT.name, {**labels, "verdict": check.verdict}, 1.0)
+        yield Sample(CHECK_STATUS.name, labels, float(VERDICT_CODES[check.verdict]))
+        yield Sample(CHECK_DURATION.name, labels, check.duration_s)
+    startup = result.check("startup") or result.check("deploy")
+    if startup is not None and startup.verdict in ("fail", "error"):
+        yield Sample(STARTUP_FAILURE.name, {**base, "failure_class": failure_class(startup)}, 1.0)
+    for mapping in CHECK_METRICS:
+        check_result = result.check(mapping.check)
+        if check_result is None or mapping.key not in check_result.metrics:
+            continue
+        value = check_result.metrics[mapping.key]
+        if _finite(value):
+            yield Sample(mapping.spec.name, {**base, **dict(mapping.extra)}, float(value))
+
+
+def run_timestamp(run: RunResult) -> float:
+    """When the run finished (its start + duration if it has no end), Unix seconds."""
+    if run.finished_at is not None:
+        return run.finished_at.timestamp()
+    return run.started_at.timestamp() + run.duration_s
+
+
+def baseline_image(run: RunResult) -> str:
+    """The run's baseline image key: RunResult.baseline_image when recorded, else the first image."""
+    if run.baseline_image:
+        return run.baseline_image
+    return run.cells[0].cell.image if run.cells else ""
+
+
+def _run_samples(run: RunResult) -> Iterator[Sample]:
+    yield Sample(RUN_TIMESTAMP.name, {}, run_timestamp(run))
+    yield Sample(RUN_DURATION.name, {}, run.duration_s)
+    counts = run.counts()
+    for verdict in VERDICT_CODES:
+        yield Sample(RUN_CELLS.name, {"verdict": verdict}, float(counts.get(verdict, 0)))
+    yield Sample(RUN_INTERRUPTED.name, {}, 1.0 if run.interrupted else 0.0)
+    yield Sample(
+        RUN_INFO.name,
+        {
+            "config": run.config_name,
+            "platform": run.platform,
+            "target": run.target,
+            "canary_version": run.canary_version,
+        },
+        1.0,
+    )
+    baseline = baseline_image(run)
+    images = {c.cell.image: c.cell.image_ref for c in run.cells}
+    for image, ref in images.items():
+        yield Sample(
+            IMAGE_INFO.name, {"image": image, "image_ref": ref, "baseline": str(image == baseline).lower()}, 1.0
+        )
+
+
+def samples(run: RunResult) -> list[Sample]:
+    """Every series a run exports, in schema order (run metrics first)."""
+    out = list(_run_samples(run))
+    for result in run.cells:
+        out.extend(_cell_samples(result))
+    order = {
+        spec.name: index for index, spec in enumerate((*RUN_METRICS, *CELL_METRICS, *(m.spec for m in CHECK_METRICS)))
+    }
+    return sorted(out, key=lambda s: order[s.name])
+
+
+def families(run: RunResult) -> list[Metric]:
+    """The run as prometheus-client metric families (only metrics with samples)."""
+    grouped: dict[str, list[Sample]] = {}
+    for sample in samples(run):
+        grouped.setdefault(sample.name, []).append(sample)
+    out: list[Metric] = []
+    for name, group in grouped.items():
+        spec = METRICS_BY_NAME[name]
+        family = GaugeMetricFamily(name, spec.help, labels=_label_names(spec, group))
+        for sample in group:
+            family.add_metric([sample.labels[label] for label in _label_names(spec, group)], sample.value)
+        out.append(family)
+    return out
+
+
+def _label_names(spec: MetricSpec, group: list[Sample]) -> list[str]:
+    present = set().union(*(s.labels for s in group)) if group else set()
+    unknown = present - set(spec.labels)
+    if unknown:
+        raise ValueError(f"{spec.name}: labels {sorted(unknown)} are not in the schema")
+    return [label for label in spec.labels if label in present]
+
+
+class _RunCollector(Collector):
+    def __init__(self, run: RunResult) -> None:
+        self._run = run
+
+    def collect(self) -> Iterable[Metric]:
+        return families(self._run)
+
+
+def registry_for(run: RunResult) -> CollectorRegistry:
+    """A registry holding exactly the run's metrics."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_RunCollector(run))
+    return registry
+
+
+def exposition(run: RunResult) -> bytes:
+    """The run in Prometheus text format 0.0.4 (what the textfile, the exporter and the push carry)."""
+    return generate_latest(registry_for(run))

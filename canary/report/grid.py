@@ -1,0 +1,177 @@
+"""The matrix as people read it: per (image, topology) a grid of block sizes x attention backends.
+
+Markdown, HTML and the terminal render the same grid, so they always agree. Cells that differ
+only by model, KV-cache dtype or runner share a grid position; each entry says which it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from canary.export.schema import LATENCIES
+from canary.results import CellResult, RunResult
+
+# Verdict presentation shared by every report.
+VERDICT_SYMBOL: dict[str, str] = {
+    "pass": "✅",
+    "fail": "❌",
+    "error": "💥",
+    "expected-fail": "☑️",
+    "unexpected-pass": "⚠️",
+    "invalid": "❓",
+    "unsupported": "🚫",
+    "skipped": "⏭️",
+}
+VERDICT_COLOR: dict[str, str] = {
+    "pass": "#2e7d32",
+    "expected-fail": "#1565c0",
+    "skipped": "#9e9e9e",
+    "unsupported": "#757575",
+    "unexpected-pass": "#ef6c00",
+    "invalid": "#6a1b9a",
+    "fail": "#c62828",
+    "error": "#7f0000",
+}
+VERDICT_RICH_STYLE: dict[str, str] = {
+    "pass": "bold green",
+    "expected-fail": "blue",
+    "skipped": "dim",
+    "unsupported": "dim",
+    "unexpected-pass": "bold yellow",
+    "invalid": "magenta",
+    "fail": "bold red",
+    "error": "bold white on red",
+}
+
+
+@dataclass
+class Entry:
+    """One cell at a grid position."""
+
+    result: CellResult
+    variant: str
+
+    @property
+    def verdict(self) -> str:
+        """The cell verdict."""
+        return self.result.verdict
+
+
+@dataclass
+class Section:
+    """The grid of one image and topology."""
+
+    image: str
+    image_ref: str
+    topology: str
+    rows: list[str] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+    entries: dict[tuple[str, str], list[Entry]] = field(default_factory=dict)
+
+    def at(self, row: str, column: str) -> list[Entry]:
+        """Entries at (block label, backend)."""
+        return self.entries.get((row, column), [])
+
+    @property
+    def title(self) -> str:
+        """Image and topology in words."""
+        return f"{self.image} ({self.image_ref}) · {self.topology}"
+
+
+def _block_sort_key(label: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in label.replace("b", "").replace("p", "").split("-d") if part.isdigit())
+
+
+def sections(run: RunResult) -> list[Section]:
+    """The run's grids, in the order cells were planned."""
+    out: dict[tuple[str, str], Section] = {}
+    vary_model = len({c.cell.model for c in run.cells}) > 1
+    vary_dtype = len({c.cell.kv_cache_dtype for c in run.cells}) > 1
+    vary_runner = len({c.cell.runner for c in run.cells}) > 1
+    for result in run.cells:
+        cell = result.cell
+        section = out.setdefault(
+            (cell.image, cell.topology), Section(image=cell.image, image_ref=cell.image_ref, topology=cell.topology)
+        )
+        row, column = cell.block_label, cell.backend
+        if row not in section.rows:
+            section.rows.append(row)
+        if column not in section.columns:
+            section.columns.append(column)
+        parts = [cell.model] if vary_model else []
+        parts += [cell.kv_cache_dtype] if vary_dtype else []
+        parts += [cell.runner] if vary_runner else []
+        section.entries.setdefault((row, column), []).append(Entry(result, " ".join(parts)))
+    for section in out.values():
+        section.rows.sort(key=_block_sort_key)
+    return list(out.values())
+
+
+def number(result: CellResult, check: str, key: str) -> float | None:
+    """A number a check reported for a cell, or None."""
+    found = result.check(check)
+    if found is None:
+        return None
+    value = found.metrics.get(key)
+    return None if value is None else float(value)
+
+
+def fmt(value: float | None, unit: str = "", digits: int = 3) -> str:
+    """A number for people: '-' when missing, ms for small seconds."""
+    if value is None:
+        return "-"
+    if unit == "s" and abs(value) < 1.0:
+        return f"{value * 1000:.1f} ms"
+    if unit == "s":
+        return f"{value:.1f} s"
+    if unit == "%":
+        return f"{value * 100:.1f}%"
+    if unit == "B":
+        return human_bytes(value)
+    return f"{value:.{digits}g}"
+
+
+def human_bytes(value: float) -> str:
+    """1536 -> 1.5 KiB."""
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the per-cell details table: header, check, metric key, unit."""
+
+    header: str
+    check: str
+    key: str
+    unit: str = ""
+
+
+DETAIL_COLUMNS: tuple[Column, ...] = (
+    Column("startup", "startup", "startup_s", "s"),
+    Column("req/s", "throughput", "requests_per_s"),
+    Column("out tok/s", "throughput", "output_tokens_per_s"),
+    Column("TTFT p50", "throughput", "ttft_p50_s", "s"),
+    Column("TPOT p50", "throughput", "tpot_p50_s", "s"),
+    Column("E2E p99", "throughput", "e2e_p99_s", "s"),
+    Column("GSM8K", "accuracy", "accuracy", "%"),
+    Column("parity", "parity", "parity_match_rate", "%"),
+    Column("NIXL", "kv_transfer", "nixl_bytes_transferred", "B"),
+)
+LATENCY_KEYS: dict[str, str] = {kind: f"{kind}_p50_s" for kind in LATENCIES}
+
+
+def accuracy_interval(result: CellResult) -> str:
+    """'0.62 [0.52, 0.71]' or '-'."""
+    acc = number(result, "accuracy", "accuracy")
+    low = number(result, "accuracy", "accuracy_wilson_low")
+    high = number(result, "accuracy", "accuracy_wilson_high")
+    if acc is None:
+        return "-"
+    if low is None or high is None:
+        return f"{acc:.2f}"
+    return f"{acc:.2f} [{low:.2f}, {high:.2f}]"

