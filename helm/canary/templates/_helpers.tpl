@@ -1,0 +1,159 @@
+{{- define "canary.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "canary.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: vllm-canary
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end -}}
+
+{{- define "canary.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller
+{{- end -}}
+
+{{- define "canary.targetNamespace" -}}
+{{- .Values.targetNamespace | default .Release.Namespace -}}
+{{- end -}}
+
+{{- define "canary.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "canary.fullname" .) -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "canary.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository .Values.image.tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The controller pod template (CronJob and one-shot Job).
+*/}}
+{{- define "canary.podTemplate" -}}
+metadata:
+  labels:
+    {{- include "canary.labels" . | nindent 4 }}
+    app.kubernetes.io/component: controller
+    {{- with .Values.podLabels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  annotations:
+    checksum/config: {{ .Values.config | sha256sum }}
+    {{- with .Values.podAnnotations }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  restartPolicy: Never
+  serviceAccountName: {{ include "canary.serviceAccountName" . }}
+  # The controller reads pods, logs and services with this token (its Role, nothing more).
+  automountServiceAccountToken: true
+  enableServiceLinks: false
+  securityContext:
+    {{- toYaml .Values.podSecurityContext | nindent 4 }}
+  {{- with .Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.affinity }}
+  affinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  containers:
+    - name: canary
+      image: {{ include "canary.image" . | quote }}
+      imagePullPolicy: {{ .Values.image.pullPolicy }}
+      args:
+        - run
+        - /etc/canary/config.yaml
+        - --results-dir
+        - /results
+        - --set
+        - target.kind=kubernetes
+        - --set
+        - {{ printf "target.kubernetes.namespace=%s" (include "canary.targetNamespace" .) | quote }}
+        - --set
+        - {{ printf "target.kubernetes.release=%s" .Values.targetRelease | quote }}
+        - --set
+        - target.kubernetes.in_cluster=true
+        {{- range .Values.extraArgs }}
+        - {{ . | quote }}
+        {{- end }}
+      env:
+        - name: PUSHGATEWAY_URL
+          value: {{ .Values.pushgateway.url | quote }}
+        - name: CANARY_NAMESPACE
+          valueFrom:
+            fieldRef:
+              fieldPath: metadata.namespace
+        - name: HOME
+          value: /tmp
+        {{- with .Values.extraEnv }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      resources:
+        {{- toYaml .Values.resources | nindent 8 }}
+      securityContext:
+        {{- toYaml .Values.securityContext | nindent 8 }}
+      volumeMounts:
+        - name: config
+          mountPath: /etc/canary
+          readOnly: true
+        - name: scratch
+          mountPath: /results
+          subPath: results
+        - name: scratch
+          mountPath: /tmp
+          subPath: tmp
+        - name: scratch
+          mountPath: /opt/canary/app/.cache
+          subPath: cache
+  volumes:
+    - name: config
+      configMap:
+        name: {{ include "canary.fullname" . }}-config
+    - name: scratch
+      emptyDir:
+        sizeLimit: {{ .Values.scratchSize }}
+{{- end -}}
+
+{{/*
+Relabelings that put the canary's cell id, role and image on scraped series. Argument: "pod" or
+"service" (whose labels and annotations Prometheus exposes).
+*/}}
+{{- define "canary.cellRelabelings" -}}
+- sourceLabels: [__meta_kubernetes_{{ . }}_annotation_canary_vllm_dev_cell_id]
+  targetLabel: cell
+  action: replace
+- sourceLabels: [__meta_kubernetes_{{ . }}_label_canary_vllm_dev_role]
+  targetLabel: role
+  action: replace
+- sourceLabels: [__meta_kubernetes_{{ . }}_label_canary_vllm_dev_image]
+  targetLabel: image
+  action: replace
+- sourceLabels: [__meta_kubernetes_{{ . }}_label_canary_vllm_dev_run]
+  targetLabel: canary_run
+  action: replace
+{{- end -}}

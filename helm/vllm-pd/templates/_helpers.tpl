@@ -1,0 +1,349 @@
+{{/*
+Chart label value.
+*/}}
+{{- define "vllm-pd.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Labels on every object of the release.
+*/}}
+{{- define "vllm-pd.commonLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: vllm-canary
+helm.sh/chart: {{ include "vllm-pd.chart" . }}
+canary.vllm.dev/run: {{ .Values.run | quote }}
+{{- end -}}
+
+{{/*
+Selector labels of one role of one cell. Call with (dict "root" $ "cell" $cell "role" "prefill").
+*/}}
+{{- define "vllm-pd.selectorLabels" -}}
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+canary.vllm.dev/cell: {{ .cell.name }}
+canary.vllm.dev/role: {{ .role }}
+{{- end -}}
+
+{{/*
+All labels of one role of one cell.
+*/}}
+{{- define "vllm-pd.cellLabels" -}}
+{{ include "vllm-pd.commonLabels" .root }}
+app.kubernetes.io/component: {{ .role }}
+canary.vllm.dev/cell: {{ .cell.name }}
+canary.vllm.dev/role: {{ .role }}
+canary.vllm.dev/topology: {{ .cell.topology }}
+canary.vllm.dev/image: {{ .cell.imageKey | default "unknown" | quote }}
+{{- end -}}
+
+{{/*
+Annotations that describe a cell (label values cannot hold the dotted id).
+*/}}
+{{- define "vllm-pd.cellAnnotations" -}}
+canary.vllm.dev/cell-id: {{ .cell.id | quote }}
+canary.vllm.dev/model: {{ .cell.model | quote }}
+canary.vllm.dev/attention-backend: {{ .cell.attentionBackend | quote }}
+canary.vllm.dev/prefill-block-size: {{ .cell.prefillBlockSize | int | quote }}
+canary.vllm.dev/decode-block-size: {{ .cell.decodeBlockSize | int | quote }}
+canary.vllm.dev/kv-cache-dtype: {{ .cell.kvCacheDtype | quote }}
+canary.vllm.dev/runner: {{ .cell.runner | quote }}
+canary.vllm.dev/image-ref: {{ .cell.image | quote }}
+{{- with .cell.patchSeriesSha256 }}
+canary.vllm.dev/patch-series-sha256: {{ . | quote }}
+{{- end }}
+{{- with .cell.risks }}
+canary.vllm.dev/risks: {{ join "," . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Name of the object of one role of one cell; fails the render when it is not a valid DNS label.
+Call with (dict "root" $ "cell" $cell "role" "prefill" "max" 63).
+*/}}
+{{- define "vllm-pd.objectName" -}}
+{{- $name := printf "%s%s-%s" .root.Values.namePrefix .cell.name .role -}}
+{{- $max := .max | default 63 -}}
+{{- if gt (len $name) (int $max) -}}
+{{- fail (printf "object name %q of cell %q is %d characters, the limit here is %d: shorten namePrefix or the cell name" $name .cell.id (len $name) (int $max)) -}}
+{{- end -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" $name) -}}
+{{- fail (printf "object name %q of cell %q is not a DNS-1123 label" $name .cell.id) -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
+{{/*
+The --block-size of one role: prefill and aggregated use prefillBlockSize, decode decodeBlockSize.
+*/}}
+{{- define "vllm-pd.blockSize" -}}
+{{- if eq .role "decode" -}}{{ .cell.decodeBlockSize | int }}{{- else -}}{{ .cell.prefillBlockSize | int }}{{- end -}}
+{{- end -}}
+
+{{/*
+The multi-node settings of a cell (the cell's own, else the chart-wide ones) as YAML.
+*/}}
+{{- define "vllm-pd.multiNode" -}}
+{{- $mn := deepCopy .root.Values.multiNode -}}
+{{- with .cell.multiNode -}}{{- $mn = mergeOverwrite $mn (deepCopy .) -}}{{- end -}}
+{{- toYaml $mn -}}
+{{- end -}}
+
+{{/*
+ServiceAccount name.
+*/}}
+{{- define "vllm-pd.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (printf "%s-vllm-pd" .Release.Name | trunc 63 | trimSuffix "-") -}}
+{{- else -}}
+{{- .Values.serviceAccount.name | default "default" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The model-cache claim name.
+*/}}
+{{- define "vllm-pd.modelCacheClaim" -}}
+{{- .Values.modelCache.existingClaim | default (printf "%s-model-cache" .Release.Name | trunc 63 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/*
+vLLM server args of one role of one cell (a YAML list). Call with (dict "root" $ "cell" $cell "role" $role "extra" list).
+*/}}
+{{- define "vllm-pd.vllmArgs" -}}
+{{- $v := .root.Values.vllm -}}
+- {{ .cell.modelSource | quote }}
+- --served-model-name
+- {{ .cell.model | quote }}
+- --host
+- "0.0.0.0"
+- --port
+- {{ $v.port | quote }}
+- --attention-backend
+- {{ .cell.attentionBackend | quote }}
+- --block-size
+- {{ include "vllm-pd.blockSize" . | quote }}
+- --kv-cache-dtype
+- {{ .cell.kvCacheDtype | quote }}
+- --max-model-len
+- {{ .cell.maxModelLen | default $v.maxModelLen | int | quote }}
+- --tensor-parallel-size
+- {{ .cell.tensorParallelSize | default $v.tensorParallelSize | int | quote }}
+- --gpu-memory-utilization
+- {{ $v.gpuMemoryUtilization | toString | quote }}
+{{- if ne .role "aggregated" }}
+- --kv-transfer-config
+- {{ dict "kv_connector" "NixlConnector" "kv_role" "kv_both" "kv_buffer_device" .root.Values.nixl.kvBufferDevice | toJson | quote }}
+{{- end }}
+{{- range .extra }}
+- {{ . | quote }}
+{{- end }}
+{{- range $v.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- range .cell.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/*
+vLLM server env of one role of one cell (a YAML list).
+*/}}
+{{- define "vllm-pd.vllmEnv" -}}
+- name: VLLM_USE_V2_MODEL_RUNNER
+  value: {{ if eq .cell.runner "v2" }}"1"{{ else }}"0"{{ end }}
+- name: VLLM_NO_USAGE_STATS
+  value: "1"
+- name: DO_NOT_TRACK
+  value: "1"
+- name: HOME
+  value: /home/vllm-canary
+- name: XDG_CACHE_HOME
+  value: /home/vllm-canary/.cache
+- name: USER
+  value: vllm
+- name: TMPDIR
+  value: /tmp
+{{- if ne .role "aggregated" }}
+- name: VLLM_NIXL_SIDE_CHANNEL_HOST
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: VLLM_NIXL_SIDE_CHANNEL_PORT
+  value: {{ .root.Values.nixl.sideChannelPort | quote }}
+{{- with .root.Values.nixl.ucx.tls }}
+- name: UCX_TLS
+  value: {{ . | quote }}
+{{- end }}
+{{- with .root.Values.nixl.ucx.netDevices }}
+- name: UCX_NET_DEVICES
+  value: {{ . | quote }}
+{{- end }}
+{{- range $name, $value := .root.Values.nixl.ucx.env }}
+- name: {{ $name }}
+  value: {{ $value | toString | quote }}
+{{- end }}
+{{- end }}
+{{- if .root.Values.hfToken.secretName }}
+- name: HF_TOKEN_PATH
+  value: /var/run/secrets/huggingface/token
+{{- end }}
+{{- if .root.Values.modelCache.enabled }}
+- name: HF_HOME
+  value: {{ printf "%s/huggingface" .root.Values.modelCache.mountPath | quote }}
+{{- end }}
+{{- with .root.Values.vllm.env }}
+{{ toYaml . }}
+{{- end }}
+{{- with .cell.env }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Volume mounts of a vLLM container.
+*/}}
+{{- define "vllm-pd.vllmVolumeMounts" -}}
+- name: shm
+  mountPath: /dev/shm
+- name: home
+  mountPath: /home/vllm-canary
+- name: tmp
+  mountPath: /tmp
+{{- if .Values.hfToken.secretName }}
+- name: hf-token
+  mountPath: /var/run/secrets/huggingface
+  readOnly: true
+{{- end }}
+{{- if .Values.modelCache.enabled }}
+- name: model-cache
+  mountPath: {{ .Values.modelCache.mountPath }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Volumes of a vLLM pod.
+*/}}
+{{- define "vllm-pd.vllmVolumes" -}}
+- name: shm
+  emptyDir:
+    medium: Memory
+    sizeLimit: {{ .Values.vllm.shmSize }}
+- name: home
+  emptyDir:
+    sizeLimit: {{ .Values.vllm.cacheSize }}
+- name: tmp
+  emptyDir:
+    sizeLimit: 10Gi
+{{- if .Values.hfToken.secretName }}
+- name: hf-token
+  secret:
+    secretName: {{ .Values.hfToken.secretName }}
+    defaultMode: 0440
+    items:
+      - key: {{ .Values.hfToken.secretKey }}
+        path: token
+{{- end }}
+{{- if .Values.modelCache.enabled }}
+- name: model-cache
+  persistentVolumeClaim:
+    claimName: {{ include "vllm-pd.modelCacheClaim" . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Container securityContext of vLLM (IPC_LOCK added for RDMA).
+*/}}
+{{- define "vllm-pd.vllmSecurityContext" -}}
+{{- $sc := deepCopy .root.Values.securityContext -}}
+{{- if and .root.Values.nixl.rdma.enabled (ne .role "aggregated") -}}
+{{- $caps := $sc.capabilities | default dict -}}
+{{- $_ := set $caps "add" (list "IPC_LOCK") -}}
+{{- $_ := set $sc "capabilities" $caps -}}
+{{- end -}}
+{{- toYaml $sc -}}
+{{- end -}}
+
+{{/*
+Resources of a vLLM container: the chart's, plus GPUs (and RDMA devices for P/D roles).
+*/}}
+{{- define "vllm-pd.vllmResources" -}}
+{{- $res := deepCopy .root.Values.vllm.resources -}}
+{{- $limits := $res.limits | default dict -}}
+{{- $requests := $res.requests | default dict -}}
+{{- $gpus := .cell.gpus | default .root.Values.vllm.gpus | int -}}
+{{- $_ := set $limits .root.Values.vllm.gpuResourceName $gpus -}}
+{{- $_ := set $requests .root.Values.vllm.gpuResourceName $gpus -}}
+{{- if and .root.Values.nixl.rdma.enabled (ne .role "aggregated") -}}
+{{- $_ := set $limits .root.Values.nixl.rdma.resourceName (.root.Values.nixl.rdma.count | int) -}}
+{{- $_ := set $requests .root.Values.nixl.rdma.resourceName (.root.Values.nixl.rdma.count | int) -}}
+{{- end -}}
+{{- $_ := set $res "limits" $limits -}}
+{{- $_ := set $res "requests" $requests -}}
+{{- toYaml $res -}}
+{{- end -}}
+
+{{/*
+Probes of a vLLM server: the startup probe's budget is the model-load deadline.
+*/}}
+{{- define "vllm-pd.vllmProbes" -}}
+{{- $v := .Values.vllm -}}
+{{- $period := $v.probePeriodSeconds | int -}}
+startupProbe:
+  httpGet:
+    path: /health
+    port: http
+  periodSeconds: {{ $period }}
+  timeoutSeconds: 5
+  failureThreshold: {{ div (add ($v.startupTimeoutSeconds | int) (sub $period 1)) $period }}
+readinessProbe:
+  httpGet:
+    path: /health
+    port: http
+  periodSeconds: {{ $period }}
+  timeoutSeconds: 5
+  failureThreshold: 3
+livenessProbe:
+  httpGet:
+    path: /health
+    port: http
+  periodSeconds: {{ mul $period 3 }}
+  timeoutSeconds: 10
+  failureThreshold: {{ $v.livenessFailureThreshold | int }}
+{{- end -}}
+
+{{/*
+Pod-level settings shared by every pod. Call with (dict "root" $ "sched" $values) where $values
+holds nodeSelector, tolerations, affinity, priorityClassName (the chart's for vLLM pods, the
+router's own for routers, which need no GPU node).
+*/}}
+{{- define "vllm-pd.podCommon" -}}
+{{- $root := .root -}}
+serviceAccountName: {{ include "vllm-pd.serviceAccountName" $root }}
+automountServiceAccountToken: false
+enableServiceLinks: false
+securityContext:
+  {{- toYaml $root.Values.podSecurityContext | nindent 2 }}
+{{- with $root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .sched.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .sched.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .sched.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .sched.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
