@@ -1,0 +1,522 @@
+"""The Kubernetes target: find the cells the helm/vllm-pd chart deployed and report their state.
+
+Helm owns the cells' lifecycle; this target only reads (its Role allows get/list/watch on pods,
+pods/log and services in one namespace). For every cell it finds the pods by label
+(app.kubernetes.io/instance=<release>, canary.vllm.dev/cell=<k8s_name>, canary.vllm.dev/role),
+and reports:
+
+- readiness and the seconds from pod creation to Ready,
+- restarts and the last termination reason (OOMKilled, Error, exit code),
+- the current and previous container logs as text (the startup classifier reads them: a
+  crash-looping server's failure is in its *previous* log),
+- the Service URLs: the router of a P/D cell or the aggregated server, and each server's /metrics,
+- cells whose pods are missing, crash-looping or failed (image pull, config errors).
+
+API responses are read as plain JSON (`_preload_content=False`), so the target depends only on
+the wire format, not on the client's generated models.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from canary.config import CanaryConfig
+from canary.errors import CanaryError
+from canary.matrix import Cell
+from canary.targets.base import Deployment, ServerInfo
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_RUN = "canary.vllm.dev/run"
+LABEL_CELL = "canary.vllm.dev/cell"
+LABEL_ROLE = "canary.vllm.dev/role"
+LABEL_LWS_ROLE = "canary.vllm.dev/lws-role"
+CHART_NAME = "vllm-pd"
+
+ENGINE_ROLES_PD = ("prefill", "decode")
+ROLES_PD = ("prefill", "decode", "router")
+ROLES_AGGREGATED = ("aggregated",)
+ROLE_CONTAINER = {"router": "router"}
+DEFAULT_CONTAINER = "vllm"
+
+# Waiting reasons that do not resolve by themselves: report the cell failed at once.
+FATAL_WAITING_REASONS = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError"}
+)
+CRASH_WAITING_REASON = "CrashLoopBackOff"
+
+CellStatus = Literal["ready", "starting", "crash-looping", "failed", "missing"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"crash-looping", "failed"})
+
+
+class KubernetesTargetError(CanaryError):
+    """The Kubernetes API could not be read, or a cell did not become ready."""
+
+
+@dataclass
+class PodState:
+    """What one pod of a role says about itself."""
+
+    name: str
+    role: str
+    phase: str
+    ready: bool
+    created: datetime | None
+    ready_since: datetime | None
+    restarts: int
+    waiting_reason: str | None
+    waiting_message: str | None
+    last_termination_reason: str | None
+    last_exit_code: int | None
+    unschedulable: str | None
+    container: str
+    leader: bool = True
+
+    @property
+    def ready_seconds(self) -> float | None:
+        """Seconds from creation to the current Ready condition (None while not ready)."""
+        if not self.ready or self.created is None or self.ready_since is None:
+            return None
+        return max(0.0, (self.ready_since - self.created).total_seconds())
+
+    @property
+    def crash_looping(self) -> bool:
+        """Restarting after crashes (CrashLoopBackOff, or restarted and not ready)."""
+        if self.waiting_reason == CRASH_WAITING_REASON:
+            return True
+        return self.restarts > 0 and not self.ready and self.last_termination_reason is not None
+
+    def describe(self) -> str:
+        """One line for reports."""
+        parts = [f"{self.name}: {self.phase}", "ready" if self.ready else "not ready"]
+        if self.restarts:
+            parts.append(f"{self.restarts} restart(s)")
+        if self.last_termination_reason:
+            code = f" (exit {self.last_exit_code})" if self.last_exit_code is not None else ""
+            parts.append(f"last terminated: {self.last_termination_reason}{code}")
+        if self.waiting_reason:
+            parts.append(f"waiting: {self.waiting_reason}")
+        if self.unschedulable:
+            parts.append(f"unschedulable: {self.unschedulable}")
+        return ", ".join(parts)
+
+
+@dataclass
+class CellDeployment:
+    """A cell as found in the cluster."""
+
+    cell_id: str
+    k8s_name: str
+    topology: str
+    status: CellStatus
+    detail: str
+    pods: dict[str, list[PodState]] = field(default_factory=dict)
+    ready_seconds: float | None = None
+    restarts: int = 0
+    termination_reason: str | None = None
+    logs: dict[str, str] = field(default_factory=dict)
+    base_url: str | None = None
+    role_urls: dict[str, str] = field(default_factory=dict)
+    metrics_urls: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ready(self) -> bool:
+        """Every role has a Ready pod."""
+        return self.status == "ready"
+
+    def role_ready_seconds(self, role: str) -> float | None:
+        """Creation-to-Ready seconds of a role's leader pod."""
+        leaders = [p for p in self.pods.get(role, []) if p.leader] or self.pods.get(role, [])
+        seconds = [s for s in (p.ready_seconds for p in leaders) if s is not None]
+        return max(seconds) if seconds else None
+
+
+def expected_roles(topology: str) -> tuple[str, ...]:
+    """Roles the chart deploys for a topology."""
+    return ROLES_AGGREGATED if topology == "aggregated" else ROLES_PD
+
+
+def parse_time(text: object) -> datetime | None:
+    """An RFC 3339 timestamp from the API (None if absent or malformed)."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def pod_state(pod: Mapping[str, Any]) -> PodState:
+    """Summarise a Pod object (plain JSON)."""
+    meta = _mapping(pod.get("metadata"))
+    labels = _mapping(meta.get("labels"))
+    status = _mapping(pod.get("status"))
+    role = str(labels.get(LABEL_ROLE, ""))
+    container_name = ROLE_CONTAINER.get(role, DEFAULT_CONTAINER)
+    spec_containers = [_mapping(c) for c in _list(_mapping(pod.get("spec")).get("containers"))]
+    if spec_containers and not any(c.get("name") == container_name for c in spec_containers):
+        container_name = str(spec_containers[0].get("name", container_name))
+
+    ready, ready_since, unschedulable = False, None, None
+    for condition in (_mapping(c) for c in _list(status.get("conditions"))):
+        if condition.get("type") == "Ready" and condition.get("status") == "True":
+            ready, ready_since = True, parse_time(condition.get("lastTransitionTime"))
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            unschedulable = str(condition.get("message") or condition.get("reason") or "not scheduled")
+
+    statuses = [_mapping(s) for s in _list(status.get("containerStatuses"))]
+    own = next((s for s in statuses if s.get("name") == container_name), statuses[0] if statuses else {})
+    waiting = _mapping(_mapping(own.get("state")).get("waiting"))
+    terminated_now = _mapping(_mapping(own.get("state")).get("terminated"))
+    last = _mapping(_mapping(own.get("lastState")).get("terminated")) or terminated_now
+    exit_code = last.get("exitCode")
+    return PodState(
+        name=str(meta.get("name", "")),
+        role=role,
+        phase=str(status.get("phase", "Unknown")),
+        ready=ready,
+        created=parse_time(meta.get("creationTimestamp")),
+        ready_since=ready_since,
+        restarts=sum(int(s.get("restartCount", 0) or 0) for s in statuses),
+        waiting_reason=str(waiting["reason"]) if waiting.get("reason") else None,
+        waiting_message=str(waiting["message"]) if waiting.get("message") else None,
+        last_termination_reason=str(last["reason"]) if last.get("reason") else None,
+        last_exit_code=int(exit_code) if isinstance(exit_code, int) else None,
+        unschedulable=unschedulable,
+        container=container_name,
+        leader=labels.get(LABEL_LWS_ROLE, "leader") == "leader",
+    )
+
+
+def judge_cell(topology: str, pods: Mapping[str, list[PodState]]) -> tuple[CellStatus, str]:
+    """The cell's status from its pods, and a one-line reason."""
+    roles = expected_roles(topology)
+    missing = [role for role in roles if not pods.get(role)]
+    if missing:
+        return "missing", f"no pods for role(s) {', '.join(missing)}"
+    all_pods = [pod for role in roles for pod in pods[role]]
+    crashing = [p for p in all_pods if p.crash_looping]
+    if crashing:
+        return "crash-looping", "; ".join(p.describe() for p in crashing)
+    fatal = [p for p in all_pods if p.waiting_reason in FATAL_WAITING_REASONS or p.phase == "Failed"]
+    if fatal:
+        return "failed", "; ".join(
+            p.describe() + (f" ({p.waiting_message})" if p.waiting_message else "") for p in fatal
+        )
+    not_ready = [p for p in all_pods if not p.ready]
+    if not_ready:
+        return "starting", "; ".join(p.describe() for p in not_ready)
+    return "ready", f"{len(all_pods)} pod(s) ready"
+
+
+def service_url(name: str, namespace: str, port: int) -> str:
+    """The in-cluster URL of a Service port."""
+    return f"http://{name}.{namespace}.svc:{port}"
+
+
+class KubernetesTarget:
+    """Finds the cells of a vllm-pd release and reports their state; deploys nothing.
+
+    `discover(cells)` is one look at the cluster; `deploy(cell, log_dir)` (the runner's Target
+    interface) waits for the cell to become ready or fail, then hands the checks its URLs and logs.
+    """
+
+    kind = "kubernetes"
+
+    def __init__(
+        self,
+        config: CanaryConfig,
+        *,
+        api: Any | None = None,
+        run: str | None = None,
+        url_for: Callable[[str, str, int], str] = service_url,
+        poll_interval_s: float = 5.0,
+        missing_grace_s: float = 60.0,
+        log_tail_lines: int = 5000,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        settings = config.target.kubernetes
+        self.config = config
+        self.namespace = settings.namespace
+        self.release = settings.release
+        self.ready_timeout_s = float(settings.ready_timeout_s)
+        self.run = run
+        self.url_for = url_for
+        self.poll_interval_s = poll_interval_s
+        self.missing_grace_s = missing_grace_s
+        self.log_tail_lines = log_tail_lines
+        self._clock = clock
+        self._sleep = sleep
+        self._api = api
+
+    # ------------------------------------------------------------------ API access
+
+    @property
+    def api(self) -> Any:
+        """The CoreV1Api (created on first use from the pod's service account or a kubeconfig)."""
+        if self._api is None:
+            self._api = self._connect()
+        return self._api
+
+    def _connect(self) -> Any:
+        from kubernetes import client
+        from kubernetes import config as kube_config
+
+        settings = self.config.target.kubernetes
+        configuration = client.Configuration()
+        load_incluster: Callable[..., None] = kube_config.load_incluster_config
+        load_kubeconfig: Callable[..., None] = kube_config.load_kube_config
+        try:
+            if settings.in_cluster:
+                load_incluster(client_configuration=configuration)
+            else:
+                load_kubeconfig(config_file=settings.kubeconfig, client_configuration=configuration)
+        except (kube_config.ConfigException, OSError) as exc:
+            where = (
+                "in-cluster service account"
+                if settings.in_cluster
+                else f"kubeconfig {settings.kubeconfig or '~/.kube/config'}"
+            )
+            raise KubernetesTargetError(f"cannot configure the Kubernetes client from the {where}: {exc}") from None
+        return client.CoreV1Api(client.ApiClient(configuration))
+
+    def _read_json(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Mapping[str, Any]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = call(*args, _preload_content=False, **kwargs)
+            data = json.loads(response.data)
+        except ApiException as exc:
+            raise KubernetesTargetError(
+                f"reading {what} in namespace {self.namespace} failed: HTTP {exc.status} {exc.reason}"
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise KubernetesTargetError(f"reading {what} in namespace {self.namespace} failed: {exc}") from None
+        return _mapping(data)
+
+    def _selector(self) -> str:
+        selector = f"{LABEL_NAME}={CHART_NAME},{LABEL_INSTANCE}={self.release}"
+        return f"{selector},{LABEL_RUN}={self.run}" if self.run else selector
+
+    def _ours(self, labels: Mapping[str, Any]) -> bool:
+        # The API server applies the selector; checking again keeps the grouping honest.
+        if labels.get(LABEL_NAME) != CHART_NAME or labels.get(LABEL_INSTANCE) != self.release:
+            return False
+        return self.run is None or labels.get(LABEL_RUN) == self.run
+
+    def list_pods(self) -> dict[str, dict[str, list[PodState]]]:
+        """Pods of the release by cell k8s_name, then role."""
+        data = self._read_json("pods", self.api.list_namespaced_pod, self.namespace, label_selector=self._selector())
+        grouped: dict[str, dict[str, list[PodState]]] = {}
+        for item in (_mapping(i) for i in _list(data.get("items"))):
+            labels = _mapping(_mapping(item.get("metadata")).get("labels"))
+            if not self._ours(labels) or LABEL_CELL not in labels:
+                continue
+            state = pod_state(item)
+            grouped.setdefault(str(labels[LABEL_CELL]), {}).setdefault(state.role, []).append(state)
+        for roles in grouped.values():
+            for pods in roles.values():
+                pods.sort(key=lambda p: (not p.leader, p.name))
+        return grouped
+
+    def list_services(self) -> dict[str, dict[str, Mapping[str, Any]]]:
+        """Services of the release by cell k8s_name, then role."""
+        data = self._read_json(
+            "services", self.api.list_namespaced_service, self.namespace, label_selector=self._selector()
+        )
+        grouped: dict[str, dict[str, Mapping[str, Any]]] = {}
+        for item in (_mapping(i) for i in _list(data.get("items"))):
+            labels = _mapping(_mapping(item.get("metadata")).get("labels"))
+            if self._ours(labels) and LABEL_CELL in labels and LABEL_ROLE in labels:
+                grouped.setdefault(str(labels[LABEL_CELL]), {})[str(labels[LABEL_ROLE])] = item
+        return grouped
+
+    def pod_log(self, pod: str, container: str, *, previous: bool) -> str | None:
+        """A container's log (None when there is none, e.g. no previous instance)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = self.api.read_namespaced_pod_log(
+                pod,
+                self.namespace,
+                container=container,
+                previous=previous,
+                tail_lines=self.log_tail_lines,
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            if exc.status in (400, 404):  # no previous instance / container not started yet
+                return None
+            which = "previous log" if previous else "log"
+            raise KubernetesTargetError(
+                f"reading the {which} of {pod}/{container} failed: HTTP {exc.status} {exc.reason}"
+            ) from None
+        data = response.data
+        return data.decode("utf-8", errors="replace") if isinstance(data, bytes) else str(data)
+
+    def role_log(self, pods: list[PodState]) -> str:
+        """Current and previous logs of a role's pods, each under a header line."""
+        chunks: list[str] = []
+        for pod in pods:
+            if pod.restarts > 0 or pod.last_termination_reason is not None:
+                previous = self.pod_log(pod.name, pod.container, previous=True)
+                if previous:
+                    reason = pod.last_termination_reason or "terminated"
+                    code = f", exit {pod.last_exit_code}" if pod.last_exit_code is not None else ""
+                    header = f"===== {pod.name}/{pod.container} previous instance ({reason}{code}) ====="
+                    chunks.append(f"{header}\n{previous}")
+            current = self.pod_log(pod.name, pod.container, previous=False)
+            if current:
+                chunks.append(f"===== {pod.name}/{pod.container} current instance =====\n{current}")
+        return "\n".join(chunk if chunk.endswith("\n") else chunk + "\n" for chunk in chunks)
+
+    # ------------------------------------------------------------------ discovery
+
+    def _urls(self, services: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, str], dict[str, str]]:
+        role_urls: dict[str, str] = {}
+        metrics_urls: dict[str, str] = {}
+        for role, service in services.items():
+            name = str(_mapping(service.get("metadata")).get("name", ""))
+            ports = {
+                str(_mapping(p).get("name")): int(_mapping(p).get("port", 0))
+                for p in _list(_mapping(service.get("spec")).get("ports"))
+            }
+            if "http" in ports:
+                role_urls[role] = self.url_for(name, self.namespace, ports["http"])
+            if "metrics" in ports:
+                metrics_urls[role] = self.url_for(name, self.namespace, ports["metrics"]) + "/metrics"
+            elif role in role_urls:
+                metrics_urls[role] = role_urls[role] + "/metrics"
+        return role_urls, metrics_urls
+
+    def discover(self, cells: list[Cell], *, with_logs: bool = True) -> dict[str, CellDeployment]:
+        """One look at the cluster: the state of every cell, by cell id."""
+        pods = self.list_pods()
+        services = self.list_services()
+        found: dict[str, CellDeployment] = {}
+        for cell in cells:
+            cell_pods = pods.get(cell.k8s_name, {})
+            status, detail = judge_cell(cell.topology, cell_pods)
+            role_urls, metrics_urls = self._urls(services.get(cell.k8s_name, {}))
+            front = "aggregated" if cell.topology == "aggregated" else "router"
+            all_pods = [p for role_pods in cell_pods.values() for p in role_pods]
+            terminated = next((p for p in all_pods if p.last_termination_reason), None)
+            deployment = CellDeployment(
+                cell_id=cell.id,
+                k8s_name=cell.k8s_name,
+                topology=cell.topology,
+                status=status,
+                detail=detail,
+                pods=cell_pods,
+                restarts=sum(p.restarts for p in all_pods),
+                termination_reason=terminated.last_termination_reason if terminated else None,
+                base_url=role_urls.get(front),
+                role_urls=role_urls,
+                metrics_urls=metrics_urls,
+            )
+            engine_roles = ROLES_AGGREGATED if cell.topology == "aggregated" else ENGINE_ROLES_PD
+            engine_seconds = [deployment.role_ready_seconds(role) for role in engine_roles]
+            if status == "ready" and all(s is not None for s in engine_seconds):
+                deployment.ready_seconds = max(s for s in engine_seconds if s is not None)
+            if status == "ready" and deployment.base_url is None:
+                deployment.status, deployment.detail = "missing", f"pods ready but no {front} Service"
+            if with_logs:
+                deployment.logs = {role: self.role_log(role_pods) for role, role_pods in cell_pods.items()}
+            found[cell.id] = deployment
+        return found
+
+    def wait_for(self, cell: Cell) -> CellDeployment:
+        """Poll until the cell is ready, crash-looping or failed, missing past the grace, or the deadline."""
+        started = self._clock()
+        while True:
+            state = self.discover([cell], with_logs=False)[cell.id]
+            waited = self._clock() - started
+            if state.status == "ready" or state.status in TERMINAL_STATUSES:
+                break
+            if state.status == "missing" and waited >= self.missing_grace_s:
+                break
+            if waited >= self.ready_timeout_s:
+                state.detail = f"not ready after {self.ready_timeout_s:.0f}s: {state.detail}"
+                break
+            self._sleep(self.poll_interval_s)
+        state.logs = self.discover([cell], with_logs=True)[cell.id].logs
+        return state
+
+    # ------------------------------------------------------------------ Target interface
+
+    def _write_logs(self, state: CellDeployment, log_dir: Path) -> dict[str, Path]:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        paths: dict[str, Path] = {}
+        for role, text in state.logs.items():
+            path = log_dir / f"{role}.log"
+            path.write_text(text, encoding="utf-8")
+            paths[role] = path
+        return paths
+
+    def to_deployment(self, cell: Cell, state: CellDeployment, log_dir: Path) -> Deployment:
+        """The runner's view of a found cell."""
+        paths = self._write_logs(state, log_dir)
+        servers: dict[str, ServerInfo] = {}
+        for role in expected_roles(cell.topology):
+            servers[role] = ServerInfo(
+                role=role,
+                base_url=state.role_urls.get(role, ""),
+                metrics_url=state.metrics_urls.get(role),
+                log_path=paths.get(role),
+                ready_seconds=state.role_ready_seconds(role),
+            )
+            pods = state.pods.get(role, [])
+            if pods and pods[0].last_exit_code is not None and not pods[0].ready:
+                servers[role].exit_code = pods[0].last_exit_code
+        return Deployment(
+            cell=cell,
+            base_url=state.base_url or "",
+            served_model=cell.model,
+            servers=servers,
+            started=state.ready,
+            ready_seconds=state.ready_seconds,
+            failure=None if state.ready else f"{state.status}: {state.detail}",
+        )
+
+    @contextmanager
+    def deploy(self, cell: Cell, log_dir: Path) -> Iterator[Deployment]:
+        """Find the cell, wait for it, hand it to the checks; afterwards save its logs again."""
+        state = self.wait_for(cell)
+        try:
+            yield self.to_deployment(cell, state, log_dir)
+        finally:
+            # logs after the checks ran (KV transfer lines, errors under load)
+            with contextlib.suppress(KubernetesTargetError):
+                self._write_logs(self.discover([cell], with_logs=True)[cell.id], log_dir)
+
+    def describe(self, cell: Cell) -> dict[str, object]:
+        """What this target looks for (for --dry-run); reads nothing."""
+        roles = expected_roles(cell.topology)
+        front = "aggregated" if cell.topology == "aggregated" else "router"
+        return {
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "release": self.release,
+            "pod_selector": f"{self._selector()},{LABEL_CELL}={cell.k8s_name}",
+            "roles": list(roles),
+            "service": f"{cell.k8s_name}-{front} (found by label; the name assumes vllm-pd's namePrefix is empty)",
+            "ready_timeout_s": self.ready_timeout_s,
+            "note": "Helm deploys the cells (helm/vllm-pd); this target only reads them.",
+        }
