@@ -147,7 +147,8 @@ def test_vllm_pd_renders_valid_manifests(
     assert counted["Service"] == sum(3 if c["topology"] == "pd-nixl" else 1 for c in cells)
     workloads = counted.get("Deployment", 0) + counted.get("LeaderWorkerSet", 0)
     assert workloads == sum(3 if c["topology"] == "pd-nixl" else 1 for c in cells)
-    assert len([d for d in by_kind(docs, "Deployment") if d["metadata"]["labels"]["canary.vllm.dev/role"] == "router"]) == len(pd_cells)
+    routers = [d for d in by_kind(docs, "Deployment") if d["metadata"]["labels"]["canary.vllm.dev/role"] == "router"]
+    assert len(routers) == len(pd_cells)
 
 
 def test_vllm_pd_defaults_render_nothing_but_shared_objects(

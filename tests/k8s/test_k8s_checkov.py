@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,7 +49,9 @@ def checkov_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     try:
         report = json.loads(result.stdout)
     except json.JSONDecodeError:
-        pytest.fail(f"checkov printed no JSON (exit {result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        pytest.fail(
+            f"checkov printed no JSON (exit {result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
     if isinstance(report, list):  # one entry per framework
         assert len(report) == 1, [r.get("check_type") for r in report]
         report = report[0]
