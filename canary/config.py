@@ -227,18 +227,46 @@ class ThroughputCheckConfig(Strict):
     prompt_tokens: PositiveInt = Field(64, description="Prompt length in tokens (mean).")
     output_tokens: PositiveInt = Field(32, description="Output length in tokens (exact: ignore_eos).")
     length_distribution: Literal["fixed", "uniform", "normal"] = Field("fixed", description="Length spread.")
-    concurrency: PositiveInt = Field(4, description="Concurrent users (closed loop).")
+    length_spread: float = Field(
+        0.25, ge=0, lt=1, description="uniform: half-width, normal: standard deviation, relative to the mean."
+    )
+    concurrency: PositiveInt = Field(
+        4, description="Closed loop: concurrent users. Open loop: the most requests in flight."
+    )
     request_rate: float | None = Field(None, gt=0, description="Open loop: requests/s (Poisson).")
     burstiness: float = Field(1.0, gt=0, description="Gamma shape of arrivals (1 = Poisson).")
     num_requests: PositiveInt = Field(200, description="Requests measured (after warm-up).")
     warmup_requests: int = Field(8, ge=0, description="Requests sent first and not measured.")
     max_duration_s: PositiveInt = Field(120, description="Hard time bound of one load run.")
+    request_timeout_s: float = Field(60.0, gt=0, description="Network timeout of one request (per read).")
     repeats: PositiveInt = Field(1, description="Runs per cell; medians are compared.")
+    seed: int = Field(0, description="Seed of prompts, lengths and arrivals (repeat i uses seed + i).")
+    workers: int = Field(
+        0, ge=0, description="0: one load process; N: a locust master with N local worker processes."
+    )
     slo: SloConfig = Field(default_factory=SloConfig, description="Goodput SLOs.")
     min_requests_per_s: float | None = Field(None, ge=0, description="Absolute floor.")
     min_output_tokens_per_s: float | None = Field(None, ge=0, description="Absolute floor.")
+    min_goodput_ratio: Probability | None = Field(
+        None, description="Absolute floor on the share of requests that met every SLO."
+    )
+    max_error_rate: Probability = Field(
+        0.0, description="Largest share of failed requests (failures never count as fast samples)."
+    )
     regression_tolerance: Probability = Field(
         0.2, description="Allowed relative drop of the candidate vs the baseline image's cell."
+    )
+    regression_metrics: list[str] = Field(
+        ["requests_per_s", "output_tokens_per_s", "ttft_p50_s", "tpot_p50_s"],
+        min_length=1,
+        description="Metrics compared with the baseline (medians over repeats); *_per_s must not drop, "
+        "latencies (*_s) must not rise by more than regression_tolerance.",
+    )
+    max_client_cpu_ratio: float = Field(
+        0.9, gt=0, description="Load-generator CPU (core-seconds per second) above which the result is invalid."
+    )
+    max_client_lag_p99_ms: float = Field(
+        50.0, gt=0, description="p99 gevent loop lag of the load generator above which the result is invalid."
     )
 
 

@@ -1,0 +1,229 @@
+"""Throughput and latency under load (locust), judged against floors and the baseline image.
+
+The load runs in a subprocess (`canary.load.launch`: locust monkey-patches whatever imports it)
+against the cell's endpoint: the router of a P/D cell, the server of an aggregated one. Prompts
+are token ids from the server's own `/tokenize`, so their length is exact. `repeats` runs (seed
++ i each, so vLLM's prefix cache never serves a repeat) give medians; the baseline image's cell
+ran the same seeds.
+
+Verdict, in order: a failed run or missing samples -> error; failed requests beyond
+`max_error_rate` -> fail (failures are never counted as fast samples); a load generator that was
+itself the bottleneck -> invalid (its numbers are not the server's, so no floor or regression is
+judged on them); then absolute floors and the relative regression against the baseline cell.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from canary.checks.base import CheckContext, register
+from canary.config import ThroughputCheckConfig
+from canary.load.launch import LoadError, LoadResult, run_load, token_pool, words_per_token
+from canary.load.stats import Slo, higher_is_better, median_metrics, relative_change
+from canary.load.workload import WorkloadSpec
+from canary.results import CheckResult, Gate
+from canary.targets.base import Deployment
+
+# Metrics that are counts per run: summed over repeats rather than taken as a median.
+_COUNTS = ("requests_total", "requests_succeeded", "requests_failed", "requests_not_sent", "requests_cut_by_deadline")
+
+
+def build_spec(cfg: ThroughputCheckConfig, deployment: Deployment, repeat: int = 0) -> WorkloadSpec:
+    """The workload of one repeat against a deployment (no token pool yet)."""
+    return WorkloadSpec(
+        base_url=deployment.base_url,
+        model=deployment.served_model,
+        endpoint=cfg.endpoint,
+        prompt_tokens=cfg.prompt_tokens,
+        output_tokens=cfg.output_tokens,
+        length_distribution=cfg.length_distribution,
+        length_spread=cfg.length_spread,
+        concurrency=cfg.concurrency,
+        request_rate=cfg.request_rate,
+        burstiness=cfg.burstiness,
+        num_requests=cfg.num_requests,
+        warmup_requests=cfg.warmup_requests,
+        max_duration_s=float(cfg.max_duration_s),
+        request_timeout_s=cfg.request_timeout_s,
+        seed=cfg.seed + repeat,
+        max_client_cpu_ratio=cfg.max_client_cpu_ratio,
+        max_client_lag_p99_s=cfg.max_client_lag_p99_ms / 1e3,
+        workers=cfg.workers,
+    )
+
+
+def slo_of(cfg: ThroughputCheckConfig) -> Slo:
+    """The goodput SLOs in seconds."""
+
+    def seconds(ms: float | None) -> float | None:
+        return None if ms is None else ms / 1e3
+
+    return Slo(ttft_s=seconds(cfg.slo.ttft_ms), tpot_s=seconds(cfg.slo.tpot_ms), e2e_s=seconds(cfg.slo.e2e_ms))
+
+
+def combine(runs: list[LoadResult]) -> dict[str, float]:
+    """Medians over repeats; counts summed; the error rate over every request of every run."""
+    metrics = median_metrics([r.metrics for r in runs])
+    for key in _COUNTS:
+        metrics[key] = float(sum(r.metrics.get(key, 0.0) for r in runs))
+    total = metrics["requests_total"]
+    metrics["error_rate"] = metrics["requests_failed"] / total if total else 0.0
+    metrics["client_cpu_ratio"] = max(r.metrics.get("client_cpu_ratio", 0.0) for r in runs)
+    lags = [r.metrics["client_lag_p99_s"] for r in runs if "client_lag_p99_s" in r.metrics]
+    if lags:
+        metrics["client_lag_p99_s"] = max(lags)
+    metrics["repeats"] = float(len(runs))
+    metrics["client_valid"] = float(all(r.valid for r in runs))
+    return metrics
+
+
+def floor_gates(cfg: ThroughputCheckConfig, metrics: dict[str, float]) -> list[Gate]:
+    """Absolute floors from the config."""
+    gates: list[Gate] = []
+    floors = (
+        ("min-requests-per-s", "requests_per_s", cfg.min_requests_per_s),
+        ("min-output-tokens-per-s", "output_tokens_per_s", cfg.min_output_tokens_per_s),
+        ("min-goodput-ratio", "goodput_ratio", cfg.min_goodput_ratio),
+    )
+    for name, key, floor in floors:
+        if floor is None:
+            continue
+        observed = metrics.get(key, 0.0)
+        gates.append(
+            Gate(
+                name=name,
+                passed=observed >= floor,
+                observed=observed,
+                threshold=floor,
+                detail=f"{key} {observed:.3f} vs floor {floor:.3f}",
+            )
+        )
+    return gates
+
+
+def regression_gates(
+    cfg: ThroughputCheckConfig, metrics: dict[str, float], baseline: dict[str, float], baseline_id: str
+) -> list[Gate]:
+    """Relative change of each regression metric vs the baseline cell's medians."""
+    gates: list[Gate] = []
+    for key in cfg.regression_metrics:
+        if key not in metrics or key not in baseline:
+            continue
+        worse = relative_change(metrics[key], baseline[key], key)
+        direction = "drop" if higher_is_better(key) else "rise"
+        gates.append(
+            Gate(
+                name=f"regression-{key}",
+                passed=worse <= cfg.regression_tolerance,
+                observed=worse if math.isfinite(worse) else None,
+                threshold=cfg.regression_tolerance,
+                detail=(
+                    f"{key} {metrics[key]:.4g} vs baseline {baseline[key]:.4g} ({baseline_id}): "
+                    f"{direction} {max(worse, 0.0):.1%}, allowed {cfg.regression_tolerance:.0%}"
+                ),
+            )
+        )
+    return gates
+
+
+def _prompt_source(ctx: CheckContext) -> tuple[list[int] | None, float, dict[str, Any]]:
+    deployment = ctx.deployment
+    urls = [deployment.base_url] + [
+        s.base_url for role, s in deployment.servers.items() if role != "router" and s.base_url != deployment.base_url
+    ]
+    cfg = ctx.config.checks.throughput
+    pool: list[int] | None = None
+    where = "chat: text prompts"
+    if cfg.endpoint == "completions":
+        pool, where = token_pool(urls, deployment.served_model)
+    ratio = words_per_token(urls, deployment.served_model) if pool is None else 1.0
+    return pool, ratio, {"token_pool_from": where, "token_pool_size": len(pool or []), "words_per_token": ratio}
+
+
+@register("throughput")
+def throughput_check(ctx: CheckContext) -> CheckResult:
+    """Run the load `repeats` times and judge the medians."""
+    cfg = ctx.config.checks.throughput
+    work_dir = ctx.cell_dir / "throughput"
+    pool, ratio, prompt_evidence = _prompt_source(ctx)
+    runs: list[LoadResult] = []
+    evidence: dict[str, Any] = {"prompts": prompt_evidence, "endpoint": ctx.deployment.base_url, "runs": []}
+    for repeat in range(cfg.repeats):
+        spec = build_spec(cfg, ctx.deployment, repeat).model_copy(update={"token_pool": pool, "words_per_token": ratio})
+        try:
+            result = run_load(spec, work_dir, name=f"run-{repeat}", slo=slo_of(cfg))
+        except LoadError as exc:
+            return CheckResult(name="throughput", verdict="error", summary=str(exc).splitlines()[0], evidence=evidence)
+        runs.append(result)
+        evidence["runs"].append({**result.summary(), "metrics": result.metrics})
+    metrics = combine(runs)
+    error_rate = metrics["error_rate"]
+    error_gate = Gate(
+        name="error-rate",
+        passed=error_rate <= cfg.max_error_rate and metrics["requests_succeeded"] > 0,
+        observed=error_rate,
+        threshold=cfg.max_error_rate,
+        detail=f"{metrics['requests_failed']:.0f} of {metrics['requests_total']:.0f} requests failed ({_errors(runs)})",
+    )
+    cut = metrics["requests_not_sent"] + metrics["requests_cut_by_deadline"]
+    time_gate = Gate(
+        name="finished-in-time",
+        passed=cut == 0,
+        observed=cut,
+        threshold=0,
+        detail=f"{cut:.0f} planned requests not finished within max_duration_s={cfg.max_duration_s}",
+    )
+    problems = [p for r in runs for p in r.client_problems]
+    client_gate = Gate(
+        name="client-not-bottleneck",
+        passed=not problems,
+        observed=metrics.get("client_lag_p99_s"),
+        threshold=cfg.max_client_lag_p99_ms / 1e3,
+        detail="; ".join(problems)
+        or f"client CPU {metrics['client_cpu_ratio']:.2f} core, loop lag p99 "
+        f"{metrics.get('client_lag_p99_s', 0.0) * 1e3:.1f} ms: within limits",
+    )
+    gates = [error_gate, client_gate, time_gate]
+    if not error_gate.passed:
+        verdict = "fail"  # failures are real whatever the client's state
+    elif problems:
+        verdict = "invalid"  # the client's numbers are not the server's: judge nothing else on them
+    else:
+        gates.extend(floor_gates(cfg, metrics))
+        baseline = ctx.baseline_for()
+        base_check = baseline.check("throughput") if baseline is not None else None
+        if baseline is not None and base_check is not None and base_check.verdict == "pass":
+            gates.extend(regression_gates(cfg, metrics, base_check.metrics, baseline.cell.id))
+            evidence["baseline_cell"] = baseline.cell.id
+        elif baseline is not None:
+            evidence["baseline_cell"] = f"{baseline.cell.id} (no passing throughput result: not compared)"
+        verdict = "pass" if all(g.passed for g in gates) else "fail"
+    return CheckResult(
+        name="throughput",
+        verdict=verdict,
+        summary=_summary(verdict, metrics, gates),
+        metrics=metrics,
+        gates=gates,
+        evidence=evidence,
+    )
+
+
+def _errors(runs: list[LoadResult]) -> str:
+    counts: dict[str, int] = {}
+    for run in runs:
+        for kind, n in run.errors.items():
+            counts[kind] = counts.get(kind, 0) + n
+    return ", ".join(f"{k}: {n}" for k, n in sorted(counts.items())) or "none"
+
+
+def _summary(verdict: str, metrics: dict[str, float], gates: list[Gate]) -> str:
+    head = (
+        f"{metrics.get('requests_per_s', 0.0):.1f} req/s, {metrics.get('output_tokens_per_s', 0.0):.0f} out tok/s, "
+        f"TTFT p50 {metrics.get('ttft_p50_s', math.nan) * 1e3:.0f} ms, "
+        f"TPOT p50 {metrics.get('tpot_p50_s', math.nan) * 1e3:.1f} ms, errors {metrics.get('error_rate', 0.0):.1%}"
+    )
+    failed = [g.detail for g in gates if not g.passed]
+    if verdict == "pass" or not failed:
+        return head
+    return f"{head}; {failed[0]}"

@@ -1,0 +1,8 @@
+"""Load generation for the throughput check: locust (FastHttpUser, gevent) used as a library.
+
+Modules that import locust (`user`, `runner`, `run`) monkey-patch the whole process with gevent
+the moment they are imported, so the canary never imports them itself: every load run is a
+subprocess (`python -m canary.load.run`), started and read by `launch`. The other modules
+(`workload`, `sse`, `stats`, `launch`, `scripted_server`) are plain Python and safe to import
+anywhere.
+"""

@@ -1,0 +1,201 @@
+"""Run a load subprocess from the canary (no locust, no gevent here) and read its result.
+
+`run_load` writes the spec, starts `python -m canary.load.run` in its own process group with a
+deadline, always kills the group on the way out, and turns the raw output into samples, client
+health and metrics. `token_pool` asks a server for ordinary token ids (its own `/tokenize`), so
+prompts have an exact length without a tokenizer in the controller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from canary.load.stats import ClientHealth, Sample, Slo, client_problems, error_counts, summarize
+from canary.load.workload import WORDS, WorkloadSpec
+
+SUBPROCESS_GRACE_S = 90.0
+POOL_TEXT_WORDS = 400
+
+
+class LoadError(RuntimeError):
+    """The load subprocess failed or wrote no result."""
+
+
+@dataclass
+class LoadResult:
+    """One load run: raw samples, the client's self-check and the metrics computed from them."""
+
+    spec: WorkloadSpec
+    samples: list[Sample]
+    health: ClientHealth
+    stop_reason: str
+    not_sent: int
+    cut: int
+    processes: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    client_problems: list[str] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+    out_path: Path | None = None
+
+    @property
+    def valid(self) -> bool:
+        """False when the client, not the server, limited the run."""
+        return not self.client_problems
+
+    def summary(self) -> dict[str, Any]:
+        """A compact dict for evidence."""
+        return {
+            "valid": self.valid,
+            "client_problems": self.client_problems,
+            "stop_reason": self.stop_reason,
+            "not_sent": self.not_sent,
+            "cut_by_deadline": self.cut,
+            "processes": self.processes,
+            "errors": self.errors,
+            "raw": str(self.out_path) if self.out_path else None,
+        }
+
+
+def analyze(spec: WorkloadSpec, raw: dict[str, Any], slo: Slo | None = None) -> LoadResult:
+    """Samples, health and metrics from the subprocess's raw JSON."""
+    samples = [Sample.from_json(s) for s in raw["samples"]]
+    health = ClientHealth.from_json(raw["health"])
+    metrics = summarize(samples, slo=slo, intended_rate=spec.request_rate, health=health)
+    metrics["requests_not_sent"] = float(raw["not_sent"])
+    metrics["requests_cut_by_deadline"] = float(raw["cut"])
+    return LoadResult(
+        spec=spec,
+        samples=samples,
+        health=health,
+        stop_reason=str(raw["stop_reason"]),
+        not_sent=int(raw["not_sent"]),
+        cut=int(raw["cut"]),
+        processes=int(raw.get("processes", 1)),
+        metrics=metrics,
+        client_problems=client_problems(health, spec.max_client_cpu_ratio, spec.max_client_lag_p99_s),
+        errors=error_counts(samples),
+    )
+
+
+def run_load(
+    spec: WorkloadSpec,
+    work_dir: Path,
+    *,
+    name: str = "load",
+    slo: Slo | None = None,
+    python: str = sys.executable,
+    extra_args: list[str] | None = None,
+) -> LoadResult:
+    """Run one load in a subprocess; its raw output stays in work_dir/NAME.json."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    spec_path, out_path, log_path = (work_dir / f"{name}{ext}" for ext in (".spec.json", ".json", ".log"))
+    spec_path.write_text(spec.model_dump_json(indent=1), encoding="utf-8")
+    out_path.unlink(missing_ok=True)
+    args = [python, "-m", "canary.load.run", "--spec", str(spec_path), "--out", str(out_path), *(extra_args or [])]
+    deadline_s = spec.max_duration_s + SUBPROCESS_GRACE_S
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=deadline_s)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            _kill_group(proc)
+    if code is None:
+        raise LoadError(f"load run exceeded {deadline_s:.0f}s and was killed; log: {log_path}")
+    if code != 0 or not out_path.exists():
+        tail = log_path.read_text(encoding="utf-8", errors="replace")[-2000:]
+        raise LoadError(f"load run exited with {code}; log {log_path}:\n{tail}")
+    result = analyze(spec, json.loads(out_path.read_text(encoding="utf-8")), slo)
+    result.out_path = out_path
+    return result
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop the load process and any worker it started (same process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+def _post_json(url: str, payload: dict[str, Any], timeout_s: float) -> Any:
+    request = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        return json.loads(response.read())
+
+
+def _pool_text() -> str:
+    return " ".join(WORDS[(i * 7) % len(WORDS)] for i in range(POOL_TEXT_WORDS))
+
+
+def token_pool(base_urls: list[str], model: str, timeout_s: float = 30.0) -> tuple[list[int] | None, str]:
+    """Ordinary token ids of the served model from the first server whose /tokenize answers.
+
+    Returns (ids, where-from); (None, reason) when none answers (then prompts are text).
+    """
+    reasons: list[str] = []
+    for url in base_urls:
+        try:
+            data = _post_json(
+                url.rstrip("/") + "/tokenize",
+                {"model": model, "prompt": _pool_text(), "add_special_tokens": False},
+                timeout_s,
+            )
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reasons.append(f"{url}: {exc}")
+            continue
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if isinstance(tokens, list) and tokens and all(isinstance(t, int) for t in tokens):
+            return sorted(set(tokens)), f"{url}/tokenize"
+        reasons.append(f"{url}: no token list in the answer")
+    return None, "; ".join(reasons) or "no server to ask"
+
+
+def words_per_token(base_urls: list[str], model: str, timeout_s: float = 30.0) -> float:
+    """Words per token of the served model's tokenizer for plain text (1.0 when unknown)."""
+    text = _pool_text()
+    for url in base_urls:
+        try:
+            data = _post_json(
+                url.rstrip("/") + "/tokenize", {"model": model, "prompt": text, "add_special_tokens": False}, timeout_s
+            )
+        except (urllib.error.URLError, OSError, ValueError):
+            continue
+        count = data.get("count") if isinstance(data, dict) else None
+        if isinstance(count, int) and count > 0:
+            return POOL_TEXT_WORDS / count
+    return 1.0
+
+
+def wait_ready(base_url: str, timeout_s: float = 60.0) -> None:
+    """Poll /v1/models until the server answers (raises after the deadline)."""
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(base_url.rstrip("/") + "/v1/models", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError) as exc:
+            last = str(exc)
+        time.sleep(0.5)
+    raise LoadError(f"{base_url} not ready after {timeout_s:.0f}s: {last}")

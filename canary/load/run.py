@@ -1,0 +1,63 @@
+"""`python -m canary.load.run`: one load run in its own process (locust + gevent).
+
+    python -m canary.load.run --spec SPEC.json --out OUT.json
+        one process, or a master plus spec.workers local worker processes
+    python -m canary.load.run --spec SPEC.json --out OUT.json --expect-workers N \\
+        --master-bind-host 0.0.0.0 --master-bind-port 5557
+        a master that waits for N workers started on other machines with
+    python -m canary.load.run --worker --master-host HOST --master-port 5557
+
+Why a subprocess: importing locust runs gevent's `monkey.patch_all()`, which replaces socket,
+ssl, threading, time.sleep and subprocess for the whole process. The canary itself (pytest, urllib
+calls to servers, engine subprocesses, lm-eval threads) must keep the standard library, so
+locust only ever lives here; this process's CPU use is also the client's own, measurable alone.
+OUT.json holds the raw samples and the client's self-measurements; `canary.load.launch` reads it.
+"""
+
+from __future__ import annotations
+
+from gevent import monkey
+
+monkey.patch_all()  # first, before anything imports socket/ssl/threading
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from canary.load import runner  # noqa: E402
+from canary.load.workload import WorkloadSpec  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point."""
+    parser = argparse.ArgumentParser(prog="python -m canary.load.run", description="One locust load run.")
+    parser.add_argument("--spec", type=Path, help="WorkloadSpec JSON")
+    parser.add_argument("--out", type=Path, help="where to write the raw result JSON")
+    parser.add_argument("--worker", action="store_true", help="run as a locust worker of a master")
+    parser.add_argument("--master-host", default="127.0.0.1", help="worker: the master's address")
+    parser.add_argument("--master-port", type=int, default=5557, help="worker: the master's port")
+    parser.add_argument("--expect-workers", type=int, default=0, help="master: wait for N remote workers")
+    parser.add_argument("--master-bind-host", default="127.0.0.1", help="master: interface to listen on")
+    parser.add_argument("--master-bind-port", type=int, default=0, help="master: port (0: a free one)")
+    parser.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.worker:
+        return runner.run_worker(args.master_host, args.master_port)
+    if args.spec is None or args.out is None:
+        parser.error("--spec and --out are required (unless --worker)")
+    spec = WorkloadSpec.model_validate_json(args.spec.read_text(encoding="utf-8"))
+    if args.expect_workers or spec.workers:
+        result = runner.run_master(spec, args.expect_workers, args.master_bind_host, args.master_bind_port or None)
+    else:
+        result = runner.run_local(spec)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result), encoding="utf-8")
+    tmp.replace(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""What a load run sends: the workload spec, request lengths, arrival times and request bodies.
+
+Everything here is deterministic for a seed, so the master and every worker of a distributed run
+build the same plan and each takes its own share of it.
+
+Prompts for `/v1/completions` are lists of token ids (`prompt` accepts them), so the prompt is
+exactly `prompt_tokens` long on the server without the controller holding a tokenizer: the ids are
+drawn from a pool the server itself produced (`/tokenize` of a plain text, see `launch`). Chat
+requests need text: they get words, and the count the server reports in `usage` is the truth.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Endpoint = Literal["completions", "chat"]
+LengthDistribution = Literal["fixed", "uniform", "normal"]
+
+ENDPOINT_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+# Plain words used for text prompts (chat, or completions when no token pool is known) and for
+# asking a server's /tokenize for a pool of ordinary token ids.
+_WORD_TEXT = (
+    "the of and to in is was for on are with as his they be at one have this from or had by word but "
+    "what some we can out other were all there when up use your how said an each she which do their "
+    "time if will way about many then them write would like so these her long make thing see him two "
+    "has look more day could go come did number sound no most people my over know water than call "
+    "first who may down side been now find any new work part take get place made live where after "
+    "back little only round man year came show every good me give our under name very through just "
+    "form sentence great think say help low line differ turn cause much mean before move right boy "
+    "old too same tell does set three want air well also play small end put home read hand port large "
+    "spell add even land here must big high such follow act why ask men change went light kind off "
+    "need house picture try us again animal point mother world near build self earth father head stand"
+)
+WORDS: tuple[str, ...] = tuple(_WORD_TEXT.split())
+
+
+class WorkloadSpec(BaseModel):
+    """One load run: target, request shape, arrival process, bounds and client self-check limits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str = Field(description="Server root, e.g. http://127.0.0.1:8000 (the router for P/D).")
+    model: str = Field(description="Served model name sent in every request.")
+    endpoint: Endpoint = Field("completions", description="completions (/v1/completions) or chat.")
+    prompt_tokens: int = Field(64, gt=0, description="Prompt length in tokens (mean of the distribution).")
+    output_tokens: int = Field(32, gt=0, description="Output length in tokens (exact: ignore_eos).")
+    length_distribution: LengthDistribution = Field("fixed", description="fixed, uniform or normal lengths.")
+    length_spread: float = Field(
+        0.25, ge=0, lt=1, description="uniform: half-width, normal: standard deviation, relative to the mean."
+    )
+    concurrency: int = Field(4, gt=0, description="Closed loop: users; open loop: most requests in flight.")
+    request_rate: float | None = Field(None, gt=0, description="Open loop: mean requests/s; None: closed loop.")
+    burstiness: float = Field(1.0, gt=0, description="Gamma shape of inter-arrival times (1: Poisson).")
+    num_requests: int = Field(200, gt=0, description="Measured requests (after the warm-up ones).")
+    warmup_requests: int = Field(0, ge=0, description="Requests sent first and left out of the statistics.")
+    max_duration_s: float = Field(120.0, gt=0, description="Hard bound on the whole run, warm-up included.")
+    request_timeout_s: float = Field(60.0, gt=0, description="Network timeout of one request (per read).")
+    seed: int = Field(0, description="Seed of lengths, prompts and arrivals.")
+    token_pool: list[int] | None = Field(
+        None, description="Token ids to build prompts from (completions); None: text prompts."
+    )
+    words_per_token: float = Field(1.0, gt=0, description="Text prompts: words per prompt token (calibrated).")
+    ignore_eos: bool = Field(True, description="Send ignore_eos so the output length is exact.")
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="Extra request fields (temperature...).")
+    max_client_cpu_ratio: float = Field(
+        0.9, gt=0, description="Client CPU seconds per wall second above which the result is invalid."
+    )
+    max_client_lag_p99_s: float = Field(
+        0.02, gt=0, description="p99 of the gevent loop's scheduling lag above which the result is invalid."
+    )
+    lag_probe_interval_s: float = Field(0.01, gt=0, description="How often the loop-lag probe wakes up.")
+    workers: int = Field(0, ge=0, description="0: one process; N: locust master + N local worker processes.")
+
+    @model_validator(mode="after")
+    def _check(self) -> WorkloadSpec:
+        if self.workers and self.concurrency < self.workers:
+            raise ValueError(f"concurrency {self.concurrency} is below workers {self.workers}: some would idle")
+        if self.token_pool is not None and not self.token_pool:
+            raise ValueError("token_pool is empty")
+        return self
+
+    @property
+    def total_requests(self) -> int:
+        """Warm-up plus measured requests."""
+        return self.warmup_requests + self.num_requests
+
+    @property
+    def path(self) -> str:
+        """URL path of the endpoint under load."""
+        return ENDPOINT_PATHS[self.endpoint]
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    """One request of the plan, body already serialized (no JSON work while timing)."""
+
+    index: int
+    warmup: bool
+    prompt_tokens: int
+    max_tokens: int
+    offset_s: float | None
+    body: bytes
+
+
+def sample_lengths(
+    mean: int, distribution: LengthDistribution, spread: float, count: int, rng: random.Random
+) -> list[int]:
+    """`count` lengths (>= 1) around `mean`."""
+    if distribution == "fixed" or spread == 0:
+        return [mean] * count
+    if distribution == "uniform":
+        low, high = max(1, round(mean * (1 - spread))), max(1, round(mean * (1 + spread)))
+        return [rng.randint(low, high) for _ in range(count)]
+    return [max(1, round(rng.gauss(mean, mean * spread))) for _ in range(count)]
+
+
+def arrival_offsets(count: int, rate: float, burstiness: float, rng: random.Random) -> list[float]:
+    """Send times (s from the start) of an open-loop gamma arrival process with mean `rate`.
+
+    Inter-arrival times are Gamma(shape=burstiness, scale=1/(rate*burstiness)): mean 1/rate,
+    coefficient of variation 1/sqrt(burstiness). burstiness 1 is a Poisson process; below 1 burstier.
+    The first request goes at 0.
+    """
+    offsets: list[float] = []
+    now = 0.0
+    scale = 1.0 / (rate * burstiness)
+    for i in range(count):
+        if i:
+            now += rng.gammavariate(burstiness, scale)
+        offsets.append(now)
+    return offsets
+
+
+def text_prompt(tokens: int, words_per_token: float, rng: random.Random) -> str:
+    """A prompt of plain words meant to be about `tokens` tokens long."""
+    count = max(1, round(tokens * words_per_token))
+    return " ".join(rng.choice(WORDS) for _ in range(count))
+
+
+def request_body(spec: WorkloadSpec, prompt: list[int] | str, max_tokens: int) -> dict[str, Any]:
+    """The JSON body of one streaming request."""
+    body: dict[str, Any] = {"model": spec.model}
+    if spec.endpoint == "chat":
+        content = prompt if isinstance(prompt, str) else " ".join(str(t) for t in prompt)
+        body["messages"] = [{"role": "user", "content": content}]
+    else:
+        body["prompt"] = prompt
+    body.update(
+        max_tokens=max_tokens,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    if spec.ignore_eos:
+        body["ignore_eos"] = True
+    body.update(spec.extra_body)
+    return body
+
+
+def build_plan(spec: WorkloadSpec) -> list[PlannedRequest]:
+    """Every request of the run, in send order (warm-up first)."""
+    rng = random.Random(spec.seed)
+    total = spec.total_requests
+    prompt_lengths = sample_lengths(spec.prompt_tokens, spec.length_distribution, spec.length_spread, total, rng)
+    output_lengths = sample_lengths(spec.output_tokens, spec.length_distribution, spec.length_spread, total, rng)
+    offsets: list[float | None]
+    if spec.request_rate is None:
+        offsets = [None] * total
+    else:
+        offsets = list(arrival_offsets(total, spec.request_rate, spec.burstiness, rng))
+    plan: list[PlannedRequest] = []
+    for index in range(total):
+        prompt: list[int] | str
+        if spec.token_pool is not None and spec.endpoint == "completions":
+            prompt = [rng.choice(spec.token_pool) for _ in range(prompt_lengths[index])]
+        else:
+            prompt = text_prompt(prompt_lengths[index], spec.words_per_token, rng)
+        body = request_body(spec, prompt, output_lengths[index])
+        plan.append(
+            PlannedRequest(
+                index=index,
+                warmup=index < spec.warmup_requests,
+                prompt_tokens=prompt_lengths[index],
+                max_tokens=output_lengths[index],
+                offset_s=offsets[index],
+                body=json.dumps(body, separators=(",", ":")).encode(),
+            )
+        )
+    return plan
+
+
+def share_of_plan(plan: list[PlannedRequest], worker_index: int, num_workers: int) -> list[PlannedRequest]:
+    """The requests one worker of a distributed run sends: every num_workers-th, from its index."""
+    if not 0 <= worker_index < num_workers:
+        raise ValueError(f"worker index {worker_index} outside 0..{num_workers - 1}")
+    return plan[worker_index::num_workers]
