@@ -26,7 +26,7 @@ image               image key of the config (``baseline``, ``patched``)
 ==================  ==========================================================================
 
 plus, where relevant: ``check`` (startup, parity, accuracy, throughput, kv_transfer, deploy),
-``verdict`` (one of the 8 verdicts), ``quantile`` (0.5, 0.9, 0.99) and ``failure_class`` (a
+``verdict`` (one of the 8 verdicts), ``percentile`` (p50, p90, p99) and ``failure_class`` (a
 name of the failure-signature catalog, ``unclassified`` otherwise). Run metrics carry
 ``config``, ``platform``, ``target``, ``canary_version`` (``canary_run_info``) and
 ``image``, ``image_ref``, ``baseline`` (``canary_image_info``). The Pushgateway adds its grouping
@@ -36,8 +36,8 @@ silently override them).
 Cardinality
 -----------
 Bounded by the config, never by time: there is no run id, timestamp, URL or free text in any
-label. A run exposes at most ``SERIES_PER_CELL`` (46) series per cell plus ~15 run series: the
-CPU default (9 cells) < 430 series, a 500-cell GPU matrix < 23k. Every push replaces the whole
+label. A run exposes at most ``SERIES_PER_CELL`` (48) series per cell plus ~15 run series: the
+CPU default (9 cells) < 450 series, a 500-cell GPU matrix < 25k. Every push replaces the whole
 group, so series of cells no longer in the matrix disappear with the next run. ``verdict`` and
 ``failure_class`` series exist only for the current value (one series per cell), so a change of
 verdict does not leave a second live series behind.
@@ -95,7 +95,9 @@ VERDICT_CODES: dict[str, int] = {
 }
 FAILING_VERDICT_REGEX = "fail|error|unexpected-pass|invalid"
 
-QUANTILES: dict[str, str] = {"p50": "0.5", "p90": "0.9", "p99": "0.99"}
+# Latency percentiles: label value -> CheckResult.metrics key infix. The label is not called
+# `quantile`: Prometheus reserves that for summaries (promtool check metrics).
+PERCENTILES: tuple[str, ...] = ("p50", "p90", "p99")
 LATENCIES: dict[str, str] = {
     "ttft": "time to first token",
     "tpot": "time per output token (after the first)",
@@ -169,12 +171,14 @@ OUTPUT_TOKENS_PER_S = _cell(
 )
 GOODPUT_PER_S = _cell("goodput_requests_per_second", "Requests per second that met every configured SLO.")
 LATENCY: dict[str, MetricSpec] = {
-    "ttft": _cell("ttft_seconds", "Time to first token under load, by quantile.", "seconds", "quantile"),
+    "ttft": _cell("ttft_seconds", "Time to first token under load, by percentile.", "seconds", "percentile"),
     "tpot": _cell(
-        "tpot_seconds", "Time per output token (after the first) under load, by quantile.", "seconds", "quantile"
+        "tpot_seconds", "Time per output token (after the first) under load, by percentile.", "seconds", "percentile"
     ),
-    "itl": _cell("itl_seconds", "Inter-token latency under load, by quantile.", "seconds", "quantile"),
-    "e2e": _cell("e2e_latency_seconds", "End-to-end request latency under load, by quantile.", "seconds", "quantile"),
+    "itl": _cell("itl_seconds", "Inter-token latency under load, by percentile.", "seconds", "percentile"),
+    "e2e": _cell(
+        "e2e_latency_seconds", "End-to-end request latency under load, by percentile.", "seconds", "percentile"
+    ),
 }
 ACCURACY = _cell(
     "gsm8k_accuracy_ratio", "GSM8K exact-match accuracy (flexible extract) of the questions evaluated.", "ratio"
@@ -185,10 +189,14 @@ ACCURACY_LOW = _cell(
 ACCURACY_HIGH = _cell(
     "gsm8k_accuracy_wilson_upper_ratio", "Upper bound of the Wilson interval of GSM8K accuracy.", "ratio"
 )
-ACCURACY_GATE = _cell(
-    "gsm8k_accuracy_gate_ratio",
-    "The accuracy gate: the Wilson upper bound must reach it (expected - tolerance).",
+ACCURACY_THRESHOLD = _cell(
+    "gsm8k_accuracy_threshold_ratio",
+    "The absolute accuracy gate: a cell fails when its Wilson upper bound is below it.",
     "ratio",
+)
+ACCURACY_PAIRED_P = _cell(
+    "gsm8k_paired_p_value",
+    "Exact McNemar p-value of a P/D cell against its aggregated control on the same questions.",
 )
 ACCURACY_QUESTIONS = _cell("gsm8k_questions", "GSM8K questions evaluated (early stop may end before the limit).")
 PARITY = _cell(
@@ -196,6 +204,11 @@ PARITY = _cell(
 )
 NIXL_BYTES = _cell(
     "nixl_transferred_bytes", "KV-cache bytes NIXL moved from prefill to decode during the checks.", "bytes"
+)
+DECODE_RECOMPUTED = _cell(
+    "decode_recomputed_prompt_ratio",
+    "Share of the decode server's prompt tokens it computed itself instead of receiving them over NIXL.",
+    "ratio",
 )
 NIXL_FAILED = _cell("nixl_failed_transfers", "NIXL transfers that failed during the checks.")
 
@@ -217,18 +230,20 @@ CHECK_METRICS: tuple[CheckMetric, ...] = (
     CheckMetric(OUTPUT_TOKENS_PER_S, "throughput", "output_tokens_per_s"),
     CheckMetric(GOODPUT_PER_S, "throughput", "goodput_requests_per_s"),
     *(
-        CheckMetric(LATENCY[kind], "throughput", f"{kind}_{q}_s", (("quantile", value),))
+        CheckMetric(LATENCY[kind], "throughput", f"{kind}_{pct}_s", (("percentile", pct),))
         for kind in LATENCIES
-        for q, value in QUANTILES.items()
+        for pct in PERCENTILES
     ),
     CheckMetric(ACCURACY, "accuracy", "accuracy"),
     CheckMetric(ACCURACY_LOW, "accuracy", "accuracy_wilson_low"),
     CheckMetric(ACCURACY_HIGH, "accuracy", "accuracy_wilson_high"),
-    CheckMetric(ACCURACY_GATE, "accuracy", "accuracy_gate"),
+    CheckMetric(ACCURACY_THRESHOLD, "accuracy", "accuracy_threshold"),
     CheckMetric(ACCURACY_QUESTIONS, "accuracy", "questions"),
+    CheckMetric(ACCURACY_PAIRED_P, "accuracy", "mcnemar_p_value"),
     CheckMetric(PARITY, "parity", "parity_match_rate"),
     CheckMetric(NIXL_BYTES, "kv_transfer", "nixl_bytes_transferred"),
     CheckMetric(NIXL_FAILED, "kv_transfer", "nixl_failed_transfers"),
+    CheckMetric(DECODE_RECOMPUTED, "kv_transfer", "decode_recomputed_token_share"),
 )
 # The contract with the checks: check name -> the CheckResult.metrics keys the exporters read.
 CHECK_METRIC_KEYS: dict[str, tuple[str, ...]] = {}

@@ -152,7 +152,7 @@ class Column:
 
 
 DETAIL_COLUMNS: tuple[Column, ...] = (
-    Column("startup", "startup", "startup_s", "s"),
+    Column("ready in", "startup", "startup_s", "s"),
     Column("req/s", "throughput", "requests_per_s"),
     Column("out tok/s", "throughput", "output_tokens_per_s"),
     Column("TTFT p50", "throughput", "ttft_p50_s", "s"),

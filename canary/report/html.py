@@ -97,7 +97,7 @@ def _accuracy_chart(run: RunResult) -> str:
         acc = number(result, "accuracy", "accuracy")
         if acc is None:
             continue
-        gate = number(result, "accuracy", "accuracy_gate")
+        gate = number(result, "accuracy", "accuracy_threshold")
         check = result.check("accuracy")
         failed = check is not None and check.verdict == "fail"
         if gate is not None:

@@ -142,7 +142,7 @@ def _crashed_load_test() -> CheckResult:
     )
 
 
-def _accuracy(correct: int) -> CheckResult:
+def _accuracy(correct: int, control_correct: int | None) -> CheckResult:
     low, high = wilson(correct, QUESTIONS)
     gate = EXPECTED_ACCURACY - TOLERANCE
     passed = high >= gate
@@ -154,12 +154,13 @@ def _accuracy(correct: int) -> CheckResult:
             "accuracy": correct / QUESTIONS,
             "accuracy_wilson_low": low,
             "accuracy_wilson_high": high,
-            "accuracy_gate": gate,
+            "accuracy_threshold": gate,
             "questions": float(QUESTIONS),
+            **({"mcnemar_p_value": _mcnemar(correct, control_correct)} if control_correct is not None else {}),
         },
         gates=[
             Gate(
-                name="wilson-upper-bound",
+                name="wilson-vs-threshold",
                 passed=passed,
                 observed=high,
                 threshold=gate,
@@ -168,6 +169,12 @@ def _accuracy(correct: int) -> CheckResult:
         ],
         duration_s=41.0,
     )
+
+
+def _mcnemar(correct: int, control_correct: int) -> float:
+    """Exact two-sided McNemar p-value when every discordant question went one way."""
+    discordant = abs(control_correct - correct)
+    return min(1.0, 2 * 0.5**discordant) if discordant else 1.0
 
 
 def _parity(rate: float) -> CheckResult:
@@ -187,7 +194,12 @@ def _kv(bytes_moved: float) -> CheckResult:
         name="kv_transfer",
         verdict="pass" if passed else "fail",
         summary=f"NIXL moved {bytes_moved:.0f} bytes" if passed else "no KV transfer: decode recomputed the prefill",
-        metrics={"nixl_bytes_transferred": bytes_moved, "nixl_failed_transfers": 0.0},
+        metrics={
+            "nixl_bytes_transferred": bytes_moved,
+            "nixl_transfers": 60.0 if passed else 0.0,
+            "nixl_failed_transfers": 0.0,
+            "decode_recomputed_token_share": 0.0 if passed else 1.0,
+        },
         gates=[Gate(name="min-bytes", passed=passed, observed=bytes_moved, threshold=1)],
         duration_s=0.2,
     )
@@ -202,7 +214,8 @@ def _checks(cell: Cell, index: int, baseline_rps: dict[str, float]) -> list[Chec
     mismatch = cell.prefill_block_size != cell.decode_block_size
     if cell.topology == "pd-nixl":
         checks.append(_parity(0.8 if mismatch and not candidate else 1.0))
-    checks.append(_accuracy(12 if mismatch and not candidate else 58 - index % 3))
+    correct = 12 if mismatch and not candidate else 58 - index % 3
+    checks.append(_accuracy(correct, 57 if cell.topology == "pd-nixl" else None))
     key = f"{cell.topology}/{cell.block_label}"
     rps = (31.0 if cell.topology == "aggregated" else 8.2) - 0.3 * (cell.prefill_block_size // 64)
     if candidate and cell.topology == "aggregated" and cell.prefill_block_size == 32:

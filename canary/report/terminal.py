@@ -17,7 +17,7 @@ def _verdict(verdict: str) -> Text:
 
 
 def _grid(section: Section) -> Table:
-    table = Table(title=section.title, title_justify="left")
+    table = Table(title=section.title, title_justify="left", min_width=len(section.title) + 4)
     table.add_column("block")
     for column in section.columns:
         table.add_column(column)

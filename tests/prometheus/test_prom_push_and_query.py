@@ -1,0 +1,210 @@
+"""Push a realistic run through the real Pushgateway, let the real Prometheus scrape it, then query
+every dashboard panel expression and every alert expression and check the series they return.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from promhelpers import (
+    JOB,
+    RULES,
+    PromStack,
+    config_for,
+    dashboard_queries,
+    dashboard_variables,
+    http_get,
+    interpolate,
+    matches,
+    primary_selector,
+    without_identity,
+)
+
+from canary.export import export_run
+from canary.export import schema as s
+from canary.report.sample import sample_run
+from canary.results import FAILING_VERDICTS, CellResult, RunResult
+
+pytestmark = pytest.mark.prometheus
+
+
+@dataclass
+class Pushed:
+    """A run pushed under its own scope, and how long it took to become queryable."""
+
+    run: RunResult
+    scope: str
+    samples: list[s.Sample]
+    visible_after_s: float
+
+
+def push(stack: PromStack, tmp_path: Path, scope: str, run: RunResult) -> Pushed:
+    """Export the run to the stack's Pushgateway and wait until Prometheus has it."""
+    run_dir = tmp_path / run.run_id
+    run_dir.mkdir(parents=True)
+    lines = export_run(run, config_for(scope, stack.pushgateway_url, tmp_path), run_dir, env={}, backoff_s=0.05)
+    assert lines == [f"pushgateway: pushed run {run.run_id} to {stack.pushgateway_url} (job={JOB}, scope={scope})"]
+    pushed_at = time.monotonic()
+    want = s.run_timestamp(run)
+    stack.wait_for(
+        f'canary_run_timestamp_seconds{{scope="{scope}"}}',
+        lambda r: len(r) == 1 and math.isclose(float(r[0]["value"][1]), want, rel_tol=1e-12),
+        deadline_s=30,
+    )
+    return Pushed(run, scope, s.samples(run), time.monotonic() - pushed_at)
+
+
+@pytest.fixture(scope="module")
+def pushed(prom_stack: PromStack, tmp_path_factory: pytest.TempPathFactory) -> Pushed:
+    result = push(prom_stack, tmp_path_factory.mktemp("push"), "it-sample", sample_run())
+    print(f"\npush -> queryable in Prometheus: {result.visible_after_s:.2f} s; stack: {prom_stack.timings}")
+    return result
+
+
+def _value(result: dict[str, Any]) -> float:
+    return float(result["value"][1])
+
+
+def test_every_pushed_series_is_in_prometheus_with_its_value(prom_stack: PromStack, pushed: Pushed) -> None:
+    found = prom_stack.query(f'{{__name__=~"canary_.+",scope="{pushed.scope}"}}')
+    got = {(r["metric"]["__name__"], tuple(sorted(without_identity(r["metric"]).items()))): _value(r) for r in found}
+    want = {(x.name, tuple(sorted(x.labels.items()))): x.value for x in pushed.samples}
+    assert set(got) == set(want)
+    for key, value in want.items():
+        assert math.isclose(got[key], value, rel_tol=1e-9, abs_tol=1e-12), key
+    # The grouping key became the job and scope labels (honor_labels), nothing overrode cell labels.
+    assert {r["metric"]["job"] for r in found} == {JOB}
+
+
+def test_dashboard_variables_list_the_runs_values(prom_stack: PromStack, pushed: Pushed) -> None:
+    variables = dashboard_variables()
+    assert {name for _, name, _ in variables} == {"scope", "image", "topology", "model", "backend"}
+    for board, name, query in variables:
+        metric, label = query.removeprefix("label_values(").removesuffix(")").split(", ")
+        assert metric in s.METRICS_BY_NAME, (board, name)
+        url = f"{prom_stack.prometheus_url}/api/v1/label/{label}/values?match[]={metric}"
+        values = set(json.loads(http_get(url))["data"])
+        expected = {x.labels[label] for x in pushed.samples if x.name == metric and label in x.labels}
+        if label == "scope":
+            expected = {pushed.scope}
+        assert expected and expected <= values, (board, name, values)
+
+
+QUERIES = dashboard_queries()
+
+
+@pytest.mark.parametrize("query", QUERIES, ids=[f"{q.dashboard}:{q.panel}:{q.ref}" for q in QUERIES])
+def test_every_dashboard_panel_query_returns_its_series(prom_stack: PromStack, pushed: Pushed, query: Any) -> None:
+    expr = interpolate(query.expr, pushed.scope)
+    result = prom_stack.query(expr)
+    assert result, f"{query.dashboard} / {query.panel}: no data for {expr}"
+    metric, matchers = primary_selector(expr)
+    scoped = [(x, {**x.labels, "scope": pushed.scope, "job": JOB}) for x in pushed.samples]
+    selected = [x for x, labels in scoped if x.name == metric and matches(labels, matchers)]
+    assert selected, f"the run has no series for {metric} {matchers}"
+    if all("cell" in r["metric"] for r in result):
+        got_cells = {r["metric"]["cell"] for r in result}
+        want_cells = {x.labels["cell"] for x in selected}
+        if "unless on" in expr:  # the candidate/baseline ratio: candidate cells with a baseline twin
+            baseline = pushed.run.baseline_image
+            want_cells = {x.labels["cell"] for x in selected if x.labels["image"] != baseline}
+        assert got_cells == want_cells, f"{query.panel}: {expr}"
+
+
+def test_panel_values_that_people_read(prom_stack: PromStack, pushed: Pushed) -> None:
+    by_panel = {q.panel: q.expr for q in QUERIES}
+    since = prom_stack.query(interpolate(by_panel["Since the last run"], pushed.scope))
+    assert 0 <= _value(since[0]) < 600
+    counts = prom_stack.query(interpolate(by_panel["Cells by verdict"], pushed.scope))
+    assert {r["metric"]["verdict"]: _value(r) for r in counts if _value(r)} == {
+        k: float(v) for k, v in pushed.run.counts().items()
+    }
+    ratios = {
+        r["metric"]["cell"]: _value(r)
+        for r in prom_stack.query(interpolate(by_panel["Candidate / baseline output tokens per second"], pushed.scope))
+    }
+    assert ratios["agg.cpu_attn.b32.auto.v1.candidate"] == pytest.approx(0.55)
+    assert ratios["agg.cpu_attn.b128.auto.v1.candidate"] == pytest.approx(1.0)
+
+
+def _expected_alerts(run: RunResult) -> dict[str, set[str]]:
+    """Cells each alert must name, derived from the run itself."""
+
+    def metric(cell_id: str, check: str, key: str) -> float | None:
+        cell = next(c for c in run.cells if c.cell.id == cell_id)
+        found = cell.check(check)
+        return None if found is None or key not in found.metrics else found.metrics[key]
+
+    def coordinates(result: CellResult) -> tuple[str, ...]:
+        return tuple(v for k, v in result.cell.axis_values().items() if k != "image")
+
+    ids = [c.cell.id for c in run.cells]
+    baseline_tps = {
+        coordinates(c): metric(c.cell.id, "throughput", "output_tokens_per_s")
+        for c in run.cells
+        if c.cell.image == run.baseline_image
+    }
+    regression = set()
+    for c in run.cells:
+        tps = metric(c.cell.id, "throughput", "output_tokens_per_s")
+        base = baseline_tps.get(coordinates(c))
+        if c.cell.image != run.baseline_image and tps is not None and base and tps / base < 0.8:
+            regression.add(c.cell.id)
+    return {
+        "CanaryCellFailing": {c.cell.id for c in run.cells if c.verdict in FAILING_VERDICTS},
+        "CanaryAccuracyBelowGate": {
+            i
+            for i in ids
+            if (high := metric(i, "accuracy", "accuracy_wilson_high")) is not None
+            and high < (metric(i, "accuracy", "accuracy_threshold") or 0)
+        },
+        "CanaryThroughputRegression": regression,
+        "CanaryPDWithoutKVTransfer": {
+            i for i in ids if (b := metric(i, "kv_transfer", "nixl_bytes_transferred")) is not None and b < 1
+        },
+        "CanaryStale": set(),
+    }
+
+
+def _rules() -> dict[str, str]:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return {rule["alert"]: rule["expr"] for group in groups for rule in group["rules"]}
+
+
+def test_every_alert_expression_returns_exactly_the_cells_it_should(prom_stack: PromStack, pushed: Pushed) -> None:
+    expected = _expected_alerts(pushed.run)
+    rules = _rules()
+    assert set(rules) == set(expected)
+    for name, cells in expected.items():
+        if name != "CanaryStale":
+            assert cells, f"the sample run does not exercise {name}"
+        result = [r for r in prom_stack.query(rules[name]) if r["metric"].get("scope") == pushed.scope]
+        assert {r["metric"].get("cell", "") for r in result} == cells, name
+
+
+def test_stale_alert_names_a_canary_without_a_recent_run(prom_stack: PromStack, pushed: Pushed, tmp_path: Path) -> None:
+    old = dt.datetime.now(dt.UTC) - dt.timedelta(days=3)
+    stale = push(prom_stack, tmp_path, "it-stale", sample_run(finished_at=old, run_id="20261126T000000Z-cpu-default-1"))
+    result = prom_stack.query(_rules()["CanaryStale"])
+    assert {r["metric"]["scope"] for r in result} >= {stale.scope}
+    assert pushed.scope not in {r["metric"]["scope"] for r in result}
+    assert next(_value(r) for r in result if r["metric"]["scope"] == stale.scope) > 3 * 86400 - 60
+
+
+def test_prometheus_loads_the_rules_and_fires_the_alerts(prom_stack: PromStack, pushed: Pushed) -> None:
+    rules = json.loads(http_get(f"{prom_stack.prometheus_url}/api/v1/rules"))["data"]["groups"]
+    assert [r["health"] for g in rules for r in g["rules"]] == ["ok"] * len(_rules())
+    expected = {name for name, cells in _expected_alerts(pushed.run).items() if cells}
+    prom_stack.wait_for(
+        f'ALERTS{{alertstate="firing",scope="{pushed.scope}"}}',
+        lambda r: {x["metric"]["alertname"] for x in r} == expected,
+        deadline_s=30,
+    )
