@@ -2,6 +2,7 @@
 # Apply (or check) a quilt-style patch series to a vLLM source tree or an installed vllm package.
 #
 #   apply-series.sh --hash  --series DIR/series
+#   apply-series.sh --list  --series DIR/series      (the patch files, in order)
 #   apply-series.sh --check --series DIR/series --tree TREE [--tool git|patch]
 #   apply-series.sh --apply --series DIR/series --tree TREE [--tool git|patch] [--expect-hash HEX]
 #
@@ -22,16 +23,16 @@ die() { echo "apply-series: $*" >&2; exit 1; }
 mode="" series="" tree="" tool="" expect_hash=""
 while [ $# -gt 0 ]; do
     case "$1" in
-        --hash|--check|--apply) mode="${1#--}"; shift ;;
+        --hash|--list|--check|--apply) mode="${1#--}"; shift ;;
         --series) series="${2:?--series needs a path}"; shift 2 ;;
         --tree) tree="${2:?--tree needs a directory}"; shift 2 ;;
         --tool) tool="${2:?--tool needs git or patch}"; shift 2 ;;
         --expect-hash) expect_hash="${2-}"; shift 2 ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
 done
-[ -n "$mode" ] || die "give one of --hash, --check, --apply"
+[ -n "$mode" ] || die "give one of --hash, --list, --check, --apply"
 [ -n "$series" ] || die "--series is required"
 [ -f "$series" ] || die "series file not found: $series"
 series_dir="$(cd "$(dirname "$series")" && pwd)"
@@ -69,6 +70,10 @@ series_hash() {
 
 if [ "$mode" = hash ]; then
     series_hash
+    exit 0
+fi
+if [ "$mode" = list ]; then
+    printf '%s\n' "${entries[@]}"
     exit 0
 fi
 
