@@ -1,0 +1,127 @@
+"""canary.kube_values: planned cells -> vllm-pd values, and the errors that keep a matrix that
+cannot run on Kubernetes from reaching helm."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from k8s_helpers import REPO
+
+from canary.config import validate_config
+from canary.kube_values import KubeValuesError, patch_series_hash, render_values, router_image
+from canary.matrix import plan
+
+BASE: dict[str, Any] = {
+    "version": 1,
+    "name": "kv-test",
+    "platform": "sm90",
+    "models": [{"name": "qwen3-0-6b", "source": "Qwen/Qwen3-0.6B", "max_model_len": 8192,
+                "tensor_parallel_size": 2, "extra_args": ["--enforce-eager"]}],
+    "images": {"baseline": {"ref": "vllm/vllm-openai:v0.33.0"}},
+    "matrix": {"attention_backends": ["FLASHINFER"], "prefill_block_sizes": [128], "decode_block_sizes": [64],
+               "runners": ["v2"], "topologies": ["aggregated", "pd-nixl"]},
+    "target": {"kind": "kubernetes"},
+}
+
+
+def _config(**changes: Any) -> Any:
+    data = copy.deepcopy(BASE)
+    data.update(changes)
+    return validate_config(data, "test")
+
+
+def test_values_carry_each_planned_cell() -> None:
+    config = _config()
+    the_plan = plan(config)
+    values = render_values(config, list(the_plan.cells))
+    planned = the_plan.planned()
+    assert [c["id"] for c in values["cells"]] == [c.id for c in planned]
+    pd = next(c for c in values["cells"] if c["topology"] == "pd-nixl")
+    assert pd["prefillBlockSize"] == 128 and pd["decodeBlockSize"] == 64
+    assert pd["maxModelLen"] == 8192 and pd["tensorParallelSize"] == 2 and pd["gpus"] == 2
+    assert pd["extraArgs"] == ["--enforce-eager"]
+    assert "kernel-split" in pd["risks"] and "pd-block-mismatch" in pd["risks"]
+    assert values["run"] == "kv-test"
+    assert "router" not in values, "no image here is known to carry vllm-router"
+
+
+def test_cells_not_planned_are_left_out() -> None:
+    config = _config(matrix={**BASE["matrix"], "attention_backends": ["FLASHINFER", "CPU_ATTN"]})
+    cells = list(plan(config).cells)
+    assert any(c.status != "planned" for c in cells)
+    values = render_values(config, cells)
+    assert {c["attentionBackend"] for c in values["cells"]} == {"FLASHINFER"}
+
+
+def test_patched_images_get_the_series_hash_and_run_the_router() -> None:
+    images = {"baseline": {"ref": "vllm/vllm-openai:v0.33.0"},
+              "patched": {"ref": "ghcr.io/x/vllm-patched:1", "patches": "docker/patches/series"}}
+    config = _config(images=images)
+    values = render_values(config, list(plan(config).planned()))
+    want = patch_series_hash(REPO / "docker" / "patches" / "series")
+    for cell in values["cells"]:
+        assert cell.get("patchSeriesSha256") == (want if cell["imageKey"] == "patched" else None)
+    assert values["router"] == {"image": "ghcr.io/x/vllm-patched:1"}
+    assert router_image(config) == "ghcr.io/x/vllm-patched:1"
+
+
+def test_a_missing_patch_series_is_named() -> None:
+    images = {"patched": {"ref": "x/y:1", "patches": "docker/patches/no-such-series"}}
+    config = _config(images=images)
+    with pytest.raises(KubeValuesError, match="patch series 'docker/patches/no-such-series' not found"):
+        render_values(config, list(plan(config).planned()))
+
+
+def test_the_builtin_model_cannot_go_to_kubernetes() -> None:
+    config = _config(models=[{"name": "tiny", "source": "builtin:tiny"}])
+    with pytest.raises(KubeValuesError, match=r"builtin:tiny.*exists only on the local target"):
+        render_values(config, list(plan(config).planned()))
+
+
+def test_no_planned_cells_is_an_error() -> None:
+    config = _config()
+    skipped = [c.model_copy(update={"status": "skipped"}) for c in plan(config).cells]
+    with pytest.raises(KubeValuesError, match="no planned cells"):
+        render_values(config, skipped)
+
+
+def test_a_bad_run_id_is_rejected() -> None:
+    config = _config()
+    with pytest.raises(KubeValuesError, match="run id"):
+        render_values(config, list(plan(config).planned()), run="not a label!")
+    assert render_values(config, list(plan(config).planned()), run="nightly-42")["run"] == "nightly-42"
+
+
+def test_cells_sharing_a_kubernetes_name_are_rejected() -> None:
+    config = _config()
+    cells = list(plan(config).planned())
+    clash = [cells[0], cells[1].model_copy(update={"k8s_name": cells[0].k8s_name})]
+    with pytest.raises(KubeValuesError, match="share the Kubernetes name"):
+        render_values(config, clash)
+
+
+def test_render_values_command_writes_the_file(tmp_path: Path) -> None:
+    out = tmp_path / "values.yaml"
+    result = subprocess.run(
+        [sys.executable, "-m", "canary", "render-values", str(REPO / "configs" / "deepseek-v4.yaml"), "-o", str(out)],
+        capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    values = yaml.safe_load(out.read_text())
+    assert values["run"] == "deepseek-v4"
+    assert values["cells"] and all(c["modelSource"] == "deepseek-ai/DeepSeek-V4" for c in values["cells"])
+
+
+def test_render_values_command_refuses_the_cpu_default() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "canary", "render-values", str(REPO / "configs" / "cpu-default.yaml")],
+        capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
+    )
+    assert result.returncode == 2
+    assert "builtin:tiny" in result.stderr and "Traceback" not in result.stderr
