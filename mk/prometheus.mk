@@ -40,7 +40,10 @@ $(PROM_STAMP): $(if $(wildcard $(PROMETHEUS_BIN)),,PROM_FORCE) $(if $(wildcard $
 	    echo "== apt-get update (apt does not know $(PROM_PACKAGES) yet)"; \
 	    $(APT_SUDO) apt-get update -qq; \
 	  fi; \
-	  DEBIAN_FRONTEND=noninteractive $(APT_SUDO) apt-get install -y -qq --no-install-recommends $(PROM_PACKAGES) > /dev/null; \
+	  DEBIAN_FRONTEND=noninteractive $(APT_SUDO) apt-get install -y -qq --no-install-recommends $(PROM_PACKAGES) > /dev/null \
+	  || { echo "== apt-get update (install failed: package lists out of date?) and retry"; \
+	       $(APT_SUDO) apt-get update -qq && \
+	       DEBIAN_FRONTEND=noninteractive $(APT_SUDO) apt-get install -y -qq --no-install-recommends $(PROM_PACKAGES) > /dev/null; }; \
 	fi
 	@for bin in $(PROMETHEUS_BIN) $(PROMTOOL_BIN) $(PUSHGATEWAY_BIN); do \
 	  test -x $$bin || { echo "$@: $$bin missing after install" >&2; exit 1; }; \

@@ -8,6 +8,7 @@ empty (a comment says why).
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 from http import HTTPStatus
@@ -92,13 +93,16 @@ def make_server(results_root: Path, host: str = "127.0.0.1", port: int = 9464) -
 
 
 def serve(results_root: Path, host: str = "127.0.0.1", port: int = 9464) -> None:
-    """Serve /metrics until interrupted."""
+    """Serve /metrics until Ctrl-C or SIGTERM."""
     server = make_server(results_root, host, port)
     bound_host, bound_port = server.server_address[:2]
     print(
         f"serving {results_root / 'latest' / 'results.json'} at http://{bound_host!s}:{bound_port}/metrics",
         file=sys.stderr,
     )
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (Kubernetes stopping the pod; PID 1 would otherwise ignore it) stops serving cleanly.
+        signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
     try:
         server.serve_forever()
     finally:

@@ -225,7 +225,7 @@ IMAGE_INFO = MetricSpec(
 
 # CheckResult.metrics keys -> metrics. Checks report these keys (unit in the key).
 CHECK_METRICS: tuple[CheckMetric, ...] = (
-    CheckMetric(STARTUP_SECONDS, "startup", "startup_s"),
+    CheckMetric(STARTUP_SECONDS, "startup", "ready_s_total"),
     CheckMetric(REQUESTS_PER_S, "throughput", "requests_per_s"),
     CheckMetric(OUTPUT_TOKENS_PER_S, "throughput", "output_tokens_per_s"),
     CheckMetric(GOODPUT_PER_S, "throughput", "goodput_requests_per_s"),
@@ -428,3 +428,23 @@ def registry_for(run: RunResult) -> CollectorRegistry:
 def exposition(run: RunResult) -> bytes:
     """The run in Prometheus text format 0.0.4 (what the textfile, the exporter and the push carry)."""
     return generate_latest(registry_for(run))
+
+
+# --------------------------------------------------------------------------- documentation
+
+
+def metrics_markdown() -> str:
+    """The metric reference as a Markdown table, for the README."""
+    sources = {m.spec.name: f"`{m.check}`: `{m.key}`" for m in CHECK_METRICS}
+    for m in CHECK_METRICS:
+        if m.extra:
+            sources[m.spec.name] = f"`{m.check}`: `{m.key.replace(m.extra[0][1], '<' + m.extra[0][0] + '>')}`"
+    rows = ["| metric | labels (besides the cell labels) | from | meaning |", "|---|---|---|---|"]
+    for spec in ALL_METRICS:
+        cell = spec.labels[: len(CELL_LABELS)] == CELL_LABELS
+        extra = spec.labels[len(CELL_LABELS) :] if cell else spec.labels
+        labels = ", ".join(f"`{label}`" for label in extra) or "-"
+        if not cell:
+            labels = f"run: {labels}"
+        rows.append(f"| `{spec.name}` | {labels} | {sources.get(spec.name, 'run / verdicts')} | {spec.help} |")
+    return "\n".join(rows) + "\n"

@@ -1,5 +1,5 @@
 """Writers of a run's results into results/<run-id>/: results.json, junit.xml, summary.md,
-summary.html and metrics.prom (the Prometheus textfile of the run); `latest` points at the newest run."""
+summary.html and canary.prom (the Prometheus textfile of the run); `latest` points at the newest run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from canary.report.atomic import write_atomic
 from canary.results import RunResult
 
-TEXTFILE_NAME = "metrics.prom"
+TEXTFILE_NAME = "canary.prom"
 
 
 def write_json(run: RunResult, run_dir: Path) -> Path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from canary.export.schema import LATENCIES
-from canary.results import CellResult, RunResult
+from canary.results import CellResult, CheckResult, RunResult
 
 # Verdict presentation shared by every report.
 VERDICT_SYMBOL: dict[str, str] = {
@@ -152,7 +152,7 @@ class Column:
 
 
 DETAIL_COLUMNS: tuple[Column, ...] = (
-    Column("ready in", "startup", "startup_s", "s"),
+    Column("ready in", "startup", "ready_s_total", "s"),
     Column("req/s", "throughput", "requests_per_s"),
     Column("out tok/s", "throughput", "output_tokens_per_s"),
     Column("TTFT p50", "throughput", "ttft_p50_s", "s"),
@@ -163,6 +163,19 @@ DETAIL_COLUMNS: tuple[Column, ...] = (
     Column("NIXL", "kv_transfer", "nixl_bytes_transferred", "B"),
 )
 LATENCY_KEYS: dict[str, str] = {kind: f"{kind}_p50_s" for kind in LATENCIES}
+
+
+# Evidence keys that hold engine log lines: the classified signature's excerpt, else the log tail.
+EXCERPT_KEYS = ("excerpt", "log_tail", "log_excerpt")
+
+
+def log_excerpt(check: CheckResult) -> str | None:
+    """The log lines a check kept as evidence, if any."""
+    for key in EXCERPT_KEYS:
+        value = check.evidence.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
 
 
 def accuracy_interval(result: CellResult) -> str:

@@ -14,6 +14,7 @@ from canary.report.grid import (
     VERDICT_COLOR,
     accuracy_interval,
     fmt,
+    log_excerpt,
     number,
     sections,
 )
@@ -149,8 +150,8 @@ def _failures(run: RunResult) -> str:
                 f"observed {escape(fmt(g.observed))}, threshold {escape(fmt(g.threshold))}. {escape(g.detail)}</li>"
                 for g in check.gates
             )
-            excerpt = check.evidence.get("log_excerpt")
-            pre = f"<pre>{escape(str(excerpt)[-6000:])}</pre>" if isinstance(excerpt, str) and excerpt else ""
+            excerpt = log_excerpt(check)
+            pre = f"<pre>{escape(excerpt[-6000:])}</pre>" if excerpt else ""
             fclass = check.evidence.get("failure_class")
             fc = f" (failure class <code>{escape(str(fclass))}</code>)" if fclass else ""
             items.append(

@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from canary.report.atomic import write_atomic
+from canary.report.grid import log_excerpt
 from canary.results import CellResult, CheckResult, RunResult
 
 # Characters XML 1.0 cannot hold (engine logs carry ANSI escapes and the odd NUL).
@@ -50,10 +51,12 @@ def _check_body(check: CheckResult) -> str:
             f"gate {gate.name}: {'passed' if gate.passed else 'FAILED'} "
             f"(observed {gate.observed}, threshold {gate.threshold}) {gate.detail}".rstrip()
         )
-    if "failure_class" in check.evidence:
+    if check.evidence.get("failure_class"):
         lines.append(f"failure class: {check.evidence['failure_class']}")
-    excerpt = check.evidence.get("log_excerpt")
-    if isinstance(excerpt, str) and excerpt:
+    if hint := check.evidence.get("failure_hint"):
+        lines.append(f"hint: {hint}")
+    excerpt = log_excerpt(check)
+    if excerpt:
         lines += ["log excerpt:", excerpt]
     return "\n".join(line for line in lines if line)
 

@@ -11,6 +11,7 @@ from canary.report.grid import (
     Section,
     accuracy_interval,
     fmt,
+    log_excerpt,
     number,
     sections,
 )
@@ -67,8 +68,8 @@ def _details(run: RunResult) -> list[str]:
 
 def _excerpt(result: CellResult) -> list[str]:
     for check in result.checks:
-        excerpt = check.evidence.get("log_excerpt")
-        if isinstance(excerpt, str) and excerpt.strip():
+        excerpt = log_excerpt(check)
+        if excerpt:
             tail = excerpt.strip().splitlines()[-MAX_EXCERPT_LINES:]
             return [f"Log excerpt ({check.name}):", "", "```text", *tail, "```", ""]
     return []
@@ -84,8 +85,10 @@ def _failures(run: RunResult) -> list[str]:
             if check.verdict == "pass":
                 continue
             lines.append(f"- **{check.name}**: {check.verdict}: {check.summary}")
-            if "failure_class" in check.evidence:
+            if check.evidence.get("failure_class"):
                 lines.append(f"  - failure class: `{check.evidence['failure_class']}`")
+            if check.evidence.get("failure_hint"):
+                lines.append(f"  - hint: {_escape(str(check.evidence['failure_hint']))}")
             for gate in check.gates:
                 mark = "passed" if gate.passed else "FAILED"
                 lines.append(

@@ -77,20 +77,27 @@ def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
 
 
 def _startup(cell: Cell, seconds: float) -> CheckResult:
+    roles = ["server"] if cell.topology == "aggregated" else ["prefill", "decode"]
     if cell.prefill_block_size == 16:
         return CheckResult(
             name="startup",
             verdict="fail",
             summary="engine init failed: no common block size for 16",
             metrics={},
-            evidence={"failure_class": "no-common-block-size", "log_excerpt": NO_COMMON_BLOCK},
+            evidence={
+                "failure_class": "no-common-block-size",
+                "failure_title": "No common block size",
+                "failure_hint": "The attention backend cannot run this --block-size: pick a multiple it supports.",
+                "excerpt_source": "server",
+                "excerpt": NO_COMMON_BLOCK,
+            },
             duration_s=14.2,
         )
     return CheckResult(
         name="startup",
         verdict="pass",
         summary=f"ready in {seconds:.1f} s; CPU_ATTN, block {cell.block_label} verified live",
-        metrics={"startup_s": seconds},
+        metrics={"ready_s_total": seconds, **{f"ready_s_{role}": seconds - 1.5 for role in roles}},
         evidence={"live_config": {"backend": "CPU_ATTN", "block_size": cell.prefill_block_size}},
         duration_s=seconds,
     )

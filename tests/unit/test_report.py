@@ -26,12 +26,13 @@ def run() -> RunResult:
 
 def test_write_all_writes_every_file_and_json_round_trips(run: RunResult, tmp_path: Path) -> None:
     written = write_all(run, tmp_path)
-    assert [p.name for p in written] == ["results.json", "junit.xml", "summary.md", "summary.html", "metrics.prom"]
+    assert [p.name for p in written] == ["results.json", "junit.xml", "summary.md", "summary.html", "canary.prom"]
     assert RunResult.model_validate_json((tmp_path / "results.json").read_text()) == run
-    assert (tmp_path / "metrics.prom").read_bytes() == schema.exposition(run)
+    assert (tmp_path / "canary.prom").read_bytes() == schema.exposition(run)
     assert not list(tmp_path.glob(".*tmp"))  # atomic writes leave no temp files
-    only = write_all(run, tmp_path / "x", junit=False, html=False) if (tmp_path / "x").mkdir() is None else []
-    assert [p.name for p in only] == ["results.json", "summary.md", "metrics.prom"]
+    (tmp_path / "x").mkdir()
+    only = write_all(run, tmp_path / "x", junit=False, html=False)
+    assert [p.name for p in only] == ["results.json", "summary.md", "canary.prom"]
 
 
 def test_point_latest_follows_the_newest_run(run: RunResult, tmp_path: Path) -> None:
@@ -87,7 +88,7 @@ def test_junit_has_a_case_per_cell_and_check_with_ci_outcomes(run: RunResult) ->
 def test_junit_survives_engine_log_garbage(run: RunResult) -> None:
     dirty = run.model_copy(deep=True)
     startup = dirty.cells[0].checks[0]
-    startup.evidence["log_excerpt"] = "\x1b[31mERROR\x1b[0m bad byte \x00 and \x07 bell\nnext line"
+    startup.evidence["excerpt"] = "\x1b[31mERROR\x1b[0m bad byte \x00 and \x07 bell\nnext line"
     root = ET.fromstring(junit.render(dirty))
     text = root.find("testsuite/testcase[@name='startup']/skipped")
     assert text is not None and text.text is not None

@@ -128,7 +128,7 @@ def test_run_and_report_writes_prints_and_exports(tmp_path: Path, monkeypatch: p
     run = orchestrate.run_and_report(config, the_plan, config_path="configs/cpu-default.yaml", console=console)
     run_dir = executed[0]
     assert run.run_id == run_dir.name
-    for name in ("results.json", "junit.xml", "summary.md", "summary.html", "metrics.prom"):
+    for name in ("results.json", "junit.xml", "summary.md", "summary.html", "canary.prom"):
         assert (run_dir / name).is_file(), name
     assert (results / "latest").resolve() == run_dir.resolve()
     assert (textfile / "vllm_canary.prom").read_bytes() == s.exposition(run)

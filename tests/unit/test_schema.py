@@ -140,7 +140,7 @@ def test_nan_and_missing_numbers_produce_no_series(run: RunResult) -> None:
     bad = run.model_copy(deep=True)
     check = bad.cells[1].check("startup")
     assert check is not None
-    check.metrics["startup_s"] = math.nan
+    check.metrics["ready_s_total"] = math.nan
     names = {(x.name, x.labels.get("cell")) for x in s.samples(bad)}
     assert ("canary_startup_duration_seconds", result.cell.id) not in names
     assert ("canary_startup_duration_seconds", result.cell.id) in {
@@ -225,3 +225,12 @@ def test_dashboards_use_only_schema_metrics_and_labels() -> None:
         "canary_gsm8k_questions",
         "canary_nixl_failed_transfers",
     } <= used_metrics
+
+
+def test_metrics_markdown_documents_every_metric() -> None:
+    table = s.metrics_markdown()
+    assert table.count("\n") == len(s.ALL_METRICS) + 2
+    for spec in s.ALL_METRICS:
+        assert f"| `{spec.name}` |" in table
+    assert "| `canary_ttft_seconds` | `percentile` | `throughput`: `ttft_<percentile>_s` |" in table
+    assert f"({s.SERIES_PER_CELL})" in s.__doc__  # type: ignore[operator]
