@@ -118,6 +118,7 @@ class CellDeployment:
     topology: str
     status: CellStatus
     detail: str
+    failed_role: str | None = None
     pods: dict[str, list[PodState]] = field(default_factory=dict)
     ready_seconds: float | None = None
     restarts: int = 0
@@ -131,6 +132,14 @@ class CellDeployment:
     def ready(self) -> bool:
         """Every role has a Ready pod."""
         return self.status == "ready"
+
+    def failure_text(self) -> str | None:
+        """None when ready; else "<role> <status>: <detail>" (the role first, as the startup
+        check expects, so it reads that role's log first)."""
+        if self.ready:
+            return None
+        prefix = f"{self.failed_role} " if self.failed_role else ""
+        return f"{prefix}{self.status}: {self.detail}"
 
     def role_ready_seconds(self, role: str) -> float | None:
         """Creation-to-Ready seconds of a role's leader pod."""
@@ -204,25 +213,24 @@ def pod_state(pod: Mapping[str, Any]) -> PodState:
     )
 
 
-def judge_cell(topology: str, pods: Mapping[str, list[PodState]]) -> tuple[CellStatus, str]:
-    """The cell's status from its pods, and a one-line reason."""
+def judge_cell(topology: str, pods: Mapping[str, list[PodState]]) -> tuple[CellStatus, str, str | None]:
+    """The cell's status from its pods, a one-line reason, and the first role to blame (if any)."""
     roles = expected_roles(topology)
     missing = [role for role in roles if not pods.get(role)]
     if missing:
-        return "missing", f"no pods for role(s) {', '.join(missing)}"
+        return "missing", f"no pods for role(s) {', '.join(missing)}", missing[0]
     all_pods = [pod for role in roles for pod in pods[role]]
     crashing = [p for p in all_pods if p.crash_looping]
     if crashing:
-        return "crash-looping", "; ".join(p.describe() for p in crashing)
+        return "crash-looping", "; ".join(p.describe() for p in crashing), crashing[0].role
     fatal = [p for p in all_pods if p.waiting_reason in FATAL_WAITING_REASONS or p.phase == "Failed"]
     if fatal:
-        return "failed", "; ".join(
-            p.describe() + (f" ({p.waiting_message})" if p.waiting_message else "") for p in fatal
-        )
+        detail = "; ".join(p.describe() + (f" ({p.waiting_message})" if p.waiting_message else "") for p in fatal)
+        return "failed", detail, fatal[0].role
     not_ready = [p for p in all_pods if not p.ready]
     if not_ready:
-        return "starting", "; ".join(p.describe() for p in not_ready)
-    return "ready", f"{len(all_pods)} pod(s) ready"
+        return "starting", "; ".join(p.describe() for p in not_ready), not_ready[0].role
+    return "ready", f"{len(all_pods)} pod(s) ready", None
 
 
 def service_url(name: str, namespace: str, port: int) -> str:
@@ -413,7 +421,7 @@ class KubernetesTarget:
         found: dict[str, CellDeployment] = {}
         for cell in cells:
             cell_pods = pods.get(cell.k8s_name, {})
-            status, detail = judge_cell(cell.topology, cell_pods)
+            status, detail, failed_role = judge_cell(cell.topology, cell_pods)
             role_urls, metrics_urls = self._urls(services.get(cell.k8s_name, {}))
             front = "aggregated" if cell.topology == "aggregated" else "router"
             all_pods = [p for role_pods in cell_pods.values() for p in role_pods]
@@ -424,6 +432,7 @@ class KubernetesTarget:
                 topology=cell.topology,
                 status=status,
                 detail=detail,
+                failed_role=failed_role,
                 pods=cell_pods,
                 restarts=sum(p.restarts for p in all_pods),
                 termination_reason=terminated.last_termination_reason if terminated else None,
@@ -437,6 +446,7 @@ class KubernetesTarget:
                 deployment.ready_seconds = max(s for s in engine_seconds if s is not None)
             if status == "ready" and deployment.base_url is None:
                 deployment.status, deployment.detail = "missing", f"pods ready but no {front} Service"
+                deployment.failed_role = front
             if with_logs:
                 deployment.logs = {role: self.role_log(role_pods) for role, role_pods in cell_pods.items()}
             found[cell.id] = deployment
@@ -492,7 +502,7 @@ class KubernetesTarget:
             servers=servers,
             started=state.ready,
             ready_seconds=state.ready_seconds,
-            failure=None if state.ready else f"{state.status}: {state.detail}",
+            failure=None if state.ready else state.failure_text(),
         )
 
     @contextmanager

@@ -227,7 +227,7 @@ def test_crash_looping_decode_keeps_the_failure_signature(
 
     with target.deploy(cell, tmp_path / "logs") as deployment:  # terminal: no waiting for the deadline
         assert not deployment.started
-        assert deployment.failure is not None and deployment.failure.startswith("crash-looping")
+        assert deployment.failure is not None and deployment.failure.startswith("decode crash-looping: ")
         assert deployment.servers["decode"].exit_code == 1
         assert "out of bounds for storage of size 262144" in deployment.servers["decode"].log_text()
 
@@ -241,7 +241,7 @@ def test_missing_cell(cluster: KmockCluster, cells: dict[str, Cell], tmp_path: P
     assert "aggregated" in found[cells["agg"].id].detail
     with target.deploy(cells["agg"], tmp_path / "logs") as deployment:
         assert not deployment.started
-        assert deployment.failure == "missing: no pods for role(s) aggregated"
+        assert deployment.failure == "aggregated missing: no pods for role(s) aggregated"
 
 
 def test_partly_missing_pd_cell(cluster: KmockCluster, cells: dict[str, Cell]) -> None:
@@ -250,6 +250,7 @@ def test_partly_missing_pd_cell(cluster: KmockCluster, cells: dict[str, Cell]) -
     found = target_for(cluster).discover([cell])[cell.id]
     assert found.status == "missing"
     assert found.detail == "no pods for role(s) decode, router"
+    assert found.failure_text() == "decode missing: no pods for role(s) decode, router"
 
 
 def test_pods_of_other_releases_and_runs_are_ignored(cluster: KmockCluster, cells: dict[str, Cell]) -> None:
@@ -351,3 +352,45 @@ def test_unusable_kubeconfig_is_a_clear_error(cells: dict[str, Cell], tmp_path: 
     target = KubernetesTarget(_config(in_cluster=False, kubeconfig=str(missing)))
     with pytest.raises(KubernetesTargetError, match="cannot configure the Kubernetes client"):
         target.discover([cells["agg"]])
+
+
+def test_the_startup_classifier_names_the_failure_from_kubernetes_logs(
+    cluster: KmockCluster, cells: dict[str, Cell]
+) -> None:
+    """End to end with the signature catalog: the previous log of the crash-looping decode is
+    classified as the KV-view overrun, not as the generic engine-init wrapper."""
+    signatures = pytest.importorskip("canary.signatures", reason="the signature catalog module has not landed")
+    cell = cells["pd"]
+    decode_pod = f"{cell.k8s_name}-decode-5c4b-fghij"
+    deploy_pd(cluster, cell, decode=pod(decode_pod, cell, "decode", restarts=2,
+                                        waiting=("CrashLoopBackOff", "back-off"), last_terminated=("Error", 1)))
+    cluster.log(NAMESPACE, decode_pod, "vllm", "INFO Starting vLLM API server\n")
+    cluster.log(NAMESPACE, decode_pod, "vllm",
+                f"ERROR Engine core initialization failed. See root cause above.\n{OVERRUN}\n", previous=True)
+    found = target_for(cluster).discover([cell])[cell.id]
+    verdict = signatures.classify(found.logs)
+    assert verdict.failure_class == "kv-view-overrun"
+    assert verdict.best.source == "decode"
+
+
+def test_the_startup_check_fails_a_crash_looping_kubernetes_cell_with_its_signature(
+    cluster: KmockCluster, cells: dict[str, Cell], tmp_path: Path
+) -> None:
+    """The runner's path: KubernetesTarget.deploy -> the startup check -> verdict and failure class."""
+    startup = pytest.importorskip("canary.checks.startup", reason="the startup check has not landed")
+    from canary.checks.base import CheckContext
+
+    cell = cells["pd"]
+    decode_pod = f"{cell.k8s_name}-decode-5c4b-fghij"
+    deploy_pd(cluster, cell, decode=pod(decode_pod, cell, "decode", restarts=3,
+                                        waiting=("CrashLoopBackOff", "back-off"), last_terminated=("Error", 1)))
+    cluster.log(NAMESPACE, decode_pod, "vllm", "INFO Starting vLLM API server\n")
+    cluster.log(NAMESPACE, decode_pod, "vllm", f"{OVERRUN}\nERROR Engine core initialization failed.\n",
+                previous=True)
+    target = target_for(cluster)
+    with target.deploy(cell, tmp_path / "logs") as deployment:
+        ctx = CheckContext(cell=cell, deployment=deployment, config=target.config, cell_dir=tmp_path)
+        result = startup.startup_check(ctx)
+    assert result.verdict == "fail"
+    assert result.evidence["failure_class"] == "kv-view-overrun"
+    assert "decode" in result.summary
