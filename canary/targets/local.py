@@ -1,0 +1,383 @@
+"""The local target: real vLLM servers on this machine, one process group each.
+
+A cell becomes one aggregated server, or a prefill and a decode server joined by NixlConnector
+(each with its own NIXL side-channel port) plus `vllm-router` in front. Every flag comes from
+the cell (`--block-size`, `--attention-backend` (passed on every platform: that is how a silent
+fallback shows up), `--kv-cache-dtype`, the model runner through VLLM_USE_V2_MODEL_RUNNER), the
+environment is built from scratch (canary.engine_env), ports are picked at run time, logs land
+in the cell's log directory. Prefill and decode start together; the router starts once both are
+ready. If anything fails to come up, deploy tears everything down and still yields a Deployment
+(started=False, failure=...) so the startup check can classify the failure from the logs.
+
+Runner choice: runner v2 sets VLLM_USE_V2_MODEL_RUNNER=1, so vLLM must run Model Runner V2 or
+refuse to start (on CPU it refuses: "Model Runner V2 requires Triton."); runner v1 sets it to 0.
+`target.local.env: {VLLM_USE_V2_MODEL_RUNNER: ""}` leaves the choice to vLLM's default instead,
+which on CPU silently falls back to V1; the startup check's live-config verification catches that.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from canary.catalog import load_catalog
+from canary.config import CanaryConfig
+from canary.engine_env import EngineRole, cpu_binds, engine_env, router_env
+from canary.errors import CanaryError
+from canary.matrix import Cell
+from canary.paths import CACHE_DIR, REPO_ROOT
+from canary.targets import processes
+from canary.targets.base import Deployment, ServerInfo
+from canary.targets.readiness import probe, wait_ready
+
+ROUTER_READY_MIN_S = 60.0
+"""The router gets at least this long to come up, even when the engines used most of the deadline."""
+
+BUILTIN_PREFIX = "builtin:"
+
+
+@dataclass
+class ServerPlan:
+    """One process of a cell: what runs, with which env, on which ports."""
+
+    role: str
+    argv: list[str]
+    env: dict[str, str]
+    port: str
+    metrics_port: str | None = None
+    side_ports: list[str] = field(default_factory=list)
+
+    @property
+    def is_engine(self) -> bool:
+        """A vLLM engine (not the router)."""
+        return self.role != "router"
+
+
+def resolve_model(source: str, cache_dir: Path = CACHE_DIR) -> str:
+    """`builtin:NAME` -> .cache/models/NAME; an existing directory -> its absolute path; else an HF id."""
+    if source.startswith(BUILTIN_PREFIX):
+        name = source[len(BUILTIN_PREFIX) :]
+        path = cache_dir / "models" / name
+        if not (path / "config.json").exists():
+            raise CanaryError(f"model {source} is not built ({path} has no config.json): run `make model` first")
+        return str(path.resolve())
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return str(path.resolve())
+    return source
+
+
+def resolve_executable(text: str, what: str, hint: str) -> Path:
+    """A configured program path: absolute, relative to the working directory, or to the repo root."""
+    path = Path(text).expanduser()
+    candidates = [path] if path.is_absolute() else [Path.cwd() / path, REPO_ROOT / path]
+    for candidate in candidates:
+        if candidate.exists() and os.access(candidate, os.X_OK):
+            return candidate.absolute()
+    tried = ", ".join(str(c) for c in candidates)
+    raise CanaryError(f"{what} not found or not executable ({tried}): {hint}")
+
+
+def _as_absolute(text: str) -> Path:
+    """A configured path as the local target uses it: relative to the working directory if it
+    exists there, else to the repo root."""
+    path = Path(text).expanduser()
+    if path.is_absolute():
+        return path
+    return (Path.cwd() / path).absolute() if (Path.cwd() / path).exists() else REPO_ROOT / path
+
+
+class LocalTarget:
+    """Starts and stops the cell's servers as local process groups."""
+
+    kind = "local"
+
+    def __init__(self, config: CanaryConfig, *, cache_dir: Path = CACHE_DIR, cores: int | None = None) -> None:
+        self.config = config
+        self.settings = config.target.local
+        self.cache_dir = cache_dir
+        self.cores = cores or os.cpu_count() or 1
+        self.catalog = load_catalog()
+
+    # ------------------------------------------------------------------ commands
+
+    def engine_python(self, cell: Cell) -> Path:
+        """The engine venv's python for the cell's image."""
+        image = self.config.images[cell.image]
+        text = image.engine_python or self.settings.engine_python
+        return resolve_executable(text, f"engine python of image {cell.image!r}", "run `make engine-venv`")
+
+    def _engine_python_text(self, cell: Cell) -> str:
+        image = self.config.images[cell.image]
+        return image.engine_python or self.settings.engine_python
+
+    def _model_spec(self, cell: Cell) -> tuple[int, int, list[str]]:
+        model = next(m for m in self.config.models if m.name == cell.model)
+        return model.max_model_len, model.tensor_parallel_size, list(model.extra_args)
+
+    def engine_argv(self, cell: Cell, python: str, model_path: str, role: str, port: str, block_size: int) -> list[str]:
+        """The engine command line of one role."""
+        max_len, tp, model_args = self._model_spec(cell)
+        argv = [
+            python,
+            *self.settings.entrypoint,
+            "--model",
+            model_path,
+            "--served-model-name",
+            cell.model,
+            "--host",
+            self.settings.host,
+            "--port",
+            port,
+            "--max-model-len",
+            str(max_len),
+            "--block-size",
+            str(block_size),
+            "--attention-backend",
+            cell.backend,
+            "--kv-cache-dtype",
+            cell.kv_cache_dtype,
+        ]
+        if tp > 1:
+            argv += ["--tensor-parallel-size", str(tp)]
+        if self.settings.enforce_eager:
+            argv.append("--enforce-eager")
+        if role in ("prefill", "decode"):
+            platform = self.catalog.platforms[self.config.platform]
+            transfer = {
+                "kv_connector": "NixlConnector",
+                "kv_role": "kv_both",
+                "kv_buffer_device": platform.kv_buffer_device,
+            }
+            argv += ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
+        return argv + model_args + list(self.settings.extra_args)
+
+    def router_argv(self, prefill_url: str, decode_url: str, port: str, metrics_port: str) -> list[str]:
+        """vllm-router in P/D mode in front of one prefill and one decode server."""
+        host = self.settings.host
+        return [
+            *self._router_command(),
+            "--vllm-pd-disaggregation",
+            "--prefill",
+            prefill_url,
+            "--decode",
+            decode_url,
+            "--policy",
+            "round_robin",
+            "--host",
+            host,
+            "--port",
+            port,
+            "--prometheus-host",
+            host,
+            "--prometheus-port",
+            metrics_port,
+        ]
+
+    def _router_command(self) -> list[str]:
+        """The configured router command with its program as an absolute path where it is a path."""
+        program, *rest = self.settings.router
+        if "/" in program:
+            program = str(_as_absolute(program))
+        return [program, *rest]
+
+    def plan_servers(self, cell: Cell, ports: Mapping[str, str], *, python: Path, model_path: str) -> list[ServerPlan]:
+        """Every process of the cell, in start order. `ports` maps names (see port_names) to values."""
+        host = self.settings.host
+        if cell.topology == "aggregated":
+            role = EngineRole(runner=cell.runner)
+            env = engine_env(self.config, role, engine_python=python, cache_dir=self.cache_dir)
+            argv = self.engine_argv(
+                cell, str(python), model_path, "aggregated", ports["aggregated"], cell.prefill_block_size
+            )
+            return [ServerPlan("aggregated", argv, env, ports["aggregated"])]
+        binds = cpu_binds(self.cores, 2) if self.config.platform == "cpu" else [None, None]
+        plans: list[ServerPlan] = []
+        for index, (role_name, block) in enumerate(
+            (("prefill", cell.prefill_block_size), ("decode", cell.decode_block_size))
+        ):
+            side = ports[f"{role_name}_nixl"]
+            role = EngineRole(
+                runner=cell.runner, nixl_side_channel_port=int(side) if side.isdigit() else None, cpu_bind=binds[index]
+            )
+            env = engine_env(self.config, role, engine_python=python, cache_dir=self.cache_dir)
+            if not side.isdigit():  # describe(): show the placeholder
+                env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = side
+            argv = self.engine_argv(cell, str(python), model_path, role_name, ports[role_name], block)
+            plans.append(ServerPlan(role_name, argv, env, ports[role_name], side_ports=[side]))
+        program = self._router_command()[0]
+        router_bin = Path(program).parent if "/" in program else None
+        argv = self.router_argv(
+            f"http://{host}:{ports['prefill']}",
+            f"http://{host}:{ports['decode']}",
+            ports["router"],
+            ports["router_metrics"],
+        )
+        env = router_env(self.config, bin_dir=router_bin, cache_dir=self.cache_dir)
+        plans.append(ServerPlan("router", argv, env, ports["router"], metrics_port=ports["router_metrics"]))
+        return plans
+
+    @staticmethod
+    def port_names(cell: Cell) -> list[str]:
+        """The ports a cell needs."""
+        if cell.topology == "aggregated":
+            return ["aggregated"]
+        return ["prefill", "decode", "prefill_nixl", "decode_nixl", "router", "router_metrics"]
+
+    def describe(self, cell: Cell) -> dict[str, object]:
+        """What deploy would run for this cell (ports are placeholders: they are picked at run time)."""
+        ports = {name: f"${name.upper()}_PORT" for name in self.port_names(cell)}
+        notes: list[str] = []
+        try:
+            python = self.engine_python(cell)
+        except CanaryError as exc:
+            python = _as_absolute(self._engine_python_text(cell))
+            notes.append(str(exc))
+        try:
+            model_path = resolve_model(cell.model_source, self.cache_dir)
+        except CanaryError as exc:
+            model_path = str(self.cache_dir / "models" / cell.model_source.removeprefix(BUILTIN_PREFIX))
+            notes.append(str(exc))
+        servers = [
+            {"role": p.role, "command": shlex.join(p.argv), "argv": p.argv, "env": p.env}
+            for p in self.plan_servers(cell, ports, python=python, model_path=model_path)
+        ]
+        return {
+            "servers": servers,
+            "notes": notes,
+            "ports": "picked at run time on " + self.settings.host,
+            "ready": "/health 200 and /v1/models lists the model",
+            "timeout_s": self.config.checks.startup.timeout_s,
+        }
+
+    # ------------------------------------------------------------------ deploy
+
+    @contextmanager
+    def deploy(self, cell: Cell, log_dir: Path) -> Iterator[Deployment]:
+        """Start the cell's servers; yield the Deployment; stop every process group on exit."""
+        python = self.engine_python(cell)
+        model_path = resolve_model(cell.model_source, self.cache_dir)
+        if cell.topology == "pd-nixl":
+            resolve_executable(self.settings.router[0], "P/D router", "run `make engine-venv` (vllm-router)")
+        names = self.port_names(cell)
+        ports = dict(zip(names, (str(p) for p in processes.free_ports(len(names), self.settings.host)), strict=True))
+        plans = self.plan_servers(cell, ports, python=python, model_path=model_path)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        deployment = Deployment(cell=cell, base_url="", served_model=cell.model)
+        started: dict[str, processes.ManagedProcess] = {}
+        try:
+            self._bring_up(deployment, plans, started, log_dir)
+            if not deployment.started:
+                self._stop(deployment, started)
+            yield deployment
+        finally:
+            self._stop(deployment, started)
+
+    def _url(self, port: str) -> str:
+        return f"http://{self.settings.host}:{port}"
+
+    def _start(
+        self, plan: ServerPlan, deployment: Deployment, started: dict[str, processes.ManagedProcess], log_dir: Path
+    ) -> processes.ManagedProcess:
+        log_path = log_dir / f"{plan.role}.log"
+        log_path.write_text(f"# canary: {shlex.join(plan.argv)}\n", encoding="utf-8")
+        ports = [int(p) for p in [plan.port, plan.metrics_port, *plan.side_ports] if p is not None]
+        proc = processes.start(plan.role, plan.argv, plan.env, log_path, cwd=REPO_ROOT, ports=ports)
+        started[plan.role] = proc
+        metrics_port = plan.metrics_port or plan.port
+        deployment.servers[plan.role] = ServerInfo(
+            role=plan.role,
+            base_url=self._url(plan.port),
+            metrics_url=f"{self._url(metrics_port)}/metrics",
+            log_path=log_path,
+            pid=proc.pid,
+        )
+        return proc
+
+    def _bring_up(
+        self,
+        deployment: Deployment,
+        plans: list[ServerPlan],
+        started: dict[str, processes.ManagedProcess],
+        log_dir: Path,
+    ) -> None:
+        settings = self.config.checks.startup
+        t0 = time.monotonic()
+        deadline = t0 + settings.timeout_s
+        engines = [p for p in plans if p.is_engine]
+        for plan in engines:  # prefill and decode start together
+            self._start(plan, deployment, started, log_dir)
+        failure = self._wait_engines(deployment, started, deadline, settings.poll_interval_s)
+        router = next((p for p in plans if not p.is_engine), None)
+        if failure is None and router is not None:
+            proc = self._start(router, deployment, started, log_dir)
+            router_deadline = max(deadline, time.monotonic() + ROUTER_READY_MIN_S)
+            result = wait_ready(
+                self._url(router.port),
+                deployment.served_model,
+                router_deadline,
+                interval_s=settings.poll_interval_s,
+                gone=lambda: not proc.alive(),
+            )
+            if result.ready:
+                deployment.servers["router"].ready_seconds = round(proc.elapsed(), 3)
+            else:
+                failure = self._not_ready("router", proc, result.detail, router_deadline - proc.started_at)
+        front = "router" if router is not None else "aggregated"
+        deployment.base_url = deployment.servers[front].base_url if front in deployment.servers else ""
+        if failure is None:
+            deployment.started = True
+            deployment.ready_seconds = round(time.monotonic() - t0, 3)
+        else:
+            deployment.failure = failure
+
+    def _wait_engines(
+        self,
+        deployment: Deployment,
+        started: dict[str, processes.ManagedProcess],
+        deadline: float,
+        interval_s: float,
+    ) -> str | None:
+        """Poll every engine until all are ready; the first death or the deadline ends the wait."""
+        pending = dict(started)
+        while pending:
+            for role, proc in list(pending.items()):
+                if not proc.alive():
+                    return self._not_ready(role, proc, "process exited", 0.0)
+                result = probe(deployment.servers[role].base_url, deployment.served_model)
+                if result.ready:
+                    deployment.servers[role].ready_seconds = round(proc.elapsed(), 3)
+                    proc.remember_descendants()
+                    del pending[role]
+                elif time.monotonic() >= deadline:
+                    return self._not_ready(role, proc, result.detail, deadline - proc.started_at)
+            if pending:
+                time.sleep(interval_s)
+        return None
+
+    @staticmethod
+    def _not_ready(role: str, proc: processes.ManagedProcess, detail: str, timeout_s: float) -> str:
+        code = proc.exit_code()
+        if code is not None:
+            return f"{role} exited with code {code} after {proc.elapsed():.1f} s before it was ready"
+        return f"{role} not ready after {timeout_s:.0f} s (startup timeout; last probe: {detail})"
+
+    @staticmethod
+    def _stop(deployment: Deployment, started: dict[str, processes.ManagedProcess]) -> None:
+        """Stop the router first, then the engines; record exit codes."""
+        router = [p for role, p in started.items() if role == "router"]
+        engines = [p for role, p in started.items() if role != "router"]
+        try:
+            processes.stop(router, grace_s=5.0)
+        finally:
+            processes.stop(engines)
+            for role, proc in started.items():
+                if role in deployment.servers:
+                    deployment.servers[role].exit_code = proc.exit_code()
+            started.clear()  # stopping twice (failure path, then exit) is a no-op

@@ -1,0 +1,260 @@
+"""Teardown leaves nothing behind: process groups, escaped descendants, signals, kill -9 mid-run.
+
+The first tests use plain shell processes (real processes, no engine) to pin the mechanics down
+fast; the engine tests prove it on a real P/D pair and on a controller that gets Ctrl-C/SIGTERM
+while its engine is starting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from canary.paths import REPO_ROOT
+from canary.promtext import scrape, total
+from canary.targets import processes
+from canary.targets.processes import descendants, free_ports, group_members, pid_alive, port_in_use
+
+SHELL_ENV = {"PATH": "/usr/bin:/bin"}
+
+
+def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.1)
+
+
+# --------------------------------------------------------------------------- stand-in processes
+
+
+def test_stop_kills_the_whole_group(tmp_path: Path) -> None:
+    proc = processes.start("shell", ["bash", "-c", "sleep 300 & sleep 300 & wait"], SHELL_ENV, tmp_path / "s.log")
+    wait_for(lambda: len(group_members(proc.pgid)) == 3, 10, "the shell and its two children")
+    children = descendants(proc.pid)
+    assert len(children) == 2
+    processes.stop([proc])
+    assert group_members(proc.pgid) == []
+    assert not any(pid_alive(pid) for pid in children)
+    assert proc.exit_code() is not None
+    assert proc not in processes.live_processes()
+
+
+def test_sigterm_ignoring_group_is_killed(tmp_path: Path) -> None:
+    script = "trap '' TERM; sleep 300 & wait; sleep 300"
+    proc = processes.start("stubborn", ["bash", "-c", script], SHELL_ENV, tmp_path / "s.log")
+    wait_for(lambda: len(group_members(proc.pgid)) == 2, 10, "the stubborn shell")
+    started = time.monotonic()
+    processes.stop([proc], grace_s=1.0)
+    assert time.monotonic() - started < 8
+    assert group_members(proc.pgid) == []
+    assert proc.exit_code() == -signal.SIGKILL
+
+
+def test_descendant_that_left_the_group_is_killed_too(tmp_path: Path) -> None:
+    """A child that calls setsid() leaves our process group; teardown still finds it by ancestry."""
+    script = "setsid sleep 300 & sleep 300"
+    proc = processes.start("escaper", ["bash", "-c", script], SHELL_ENV, tmp_path / "s.log")
+    wait_for(lambda: len(descendants(proc.pid)) == 2, 10, "two children")
+    escaped = [pid for pid in descendants(proc.pid) if pid not in group_members(proc.pgid)]
+    assert len(escaped) == 1
+    processes.stop([proc])
+    assert not pid_alive(escaped[0])
+
+
+def test_free_ports_are_distinct_and_free() -> None:
+    ports = free_ports(6)
+    assert len(set(ports)) == 6
+    assert not any(port_in_use(p) for p in ports)
+
+
+def test_env_is_exactly_what_was_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CANARY_JUNK_VAR", "leaked")
+    log = tmp_path / "env.log"
+    proc = processes.start("env", ["env"], {"PATH": "/usr/bin:/bin", "ONLY_THIS": "1"}, log)
+    proc.popen.wait(timeout=10)
+    processes.stop([proc])
+    assert sorted(log.read_text().split()) == ["ONLY_THIS=1", "PATH=/usr/bin:/bin"]
+
+
+CONTROLLER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from canary.targets import processes
+    log_dir = Path(sys.argv[1])
+    for role in ("prefill", "decode"):
+        processes.start(role, ["bash", "-c", "sleep 300 & sleep 300 & wait"], {"PATH": "/usr/bin:/bin"},
+                        log_dir / f"{role}.log")
+    (log_dir / "ready").write_text("1")
+    if sys.argv[2] == "crash":
+        raise RuntimeError("controller crashed")
+    time.sleep(300)
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGHUP", "crash"])
+def test_controller_signal_or_crash_stops_everything(tmp_path: Path, how: str) -> None:
+    """Ctrl-C, SIGTERM, SIGHUP or an uncaught exception in the controller: no server survives it."""
+    controller = subprocess.Popen([sys.executable, "-c", CONTROLLER, str(tmp_path), how], cwd=REPO_ROOT)
+    try:
+        wait_for(lambda: (tmp_path / "ready").exists() or controller.poll() is not None, 60, "the controller")
+        manifest = json.loads((tmp_path / "processes.json").read_text())
+        pgids = [entry["pgid"] for entry in manifest]
+        assert len(pgids) == 2
+        if how != "crash":
+            assert all(group_members(g) for g in pgids)
+            controller.send_signal(getattr(signal, how))
+        controller.wait(timeout=60)
+        for pgid in pgids:
+            assert group_members(pgid) == [], f"group {pgid} survived {how}"
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+
+
+def test_sigkilled_controller_takes_its_servers_along(tmp_path: Path) -> None:
+    """SIGKILL cannot be handled: the servers' parent-death signal (PR_SET_PDEATHSIG) stops the leaders."""
+    controller = subprocess.Popen([sys.executable, "-c", CONTROLLER, str(tmp_path), "wait"], cwd=REPO_ROOT)
+    pids: list[int] = []
+    try:
+        wait_for(lambda: (tmp_path / "ready").exists(), 60, "the controller")
+        pids = [entry["pid"] for entry in json.loads((tmp_path / "processes.json").read_text())]
+        controller.kill()
+        controller.wait(timeout=10)
+        wait_for(lambda: not any(pid_alive(p) for p in pids), 10, "the leaders to die with their parent")
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+        for pid in pids:
+            for member in group_members(pid):
+                os.kill(member, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- real engines
+
+
+def _stream_until_broken(url: str, errors: list[str]) -> None:
+    body = json.dumps(
+        {
+            "model": "tiny",
+            "prompt": "Question: count to a thousand.\nAnswer:",
+            "max_tokens": 1500,
+            "ignore_eos": True,
+            "stream": True,
+            "temperature": 0,
+        }
+    ).encode()
+    request = urllib.request.Request(f"{url}/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=300) as response:
+            for _ in response:
+                pass
+    except Exception as exc:  # the stream breaks when decode dies: that is the point
+        errors.append(f"{type(exc).__name__}: {exc}")
+
+
+@pytest.mark.engine
+@pytest.mark.own_engines
+def test_kill9_of_one_server_mid_run_leaves_nothing(tiny_model: Path, tmp_path: Path, engine_cells: Any) -> None:
+    """P/D p32-d64 (the block-size mismatch cell): serve through NIXL, kill -9 decode mid-stream,
+    then teardown must leave no process of the cell (by pid, group and ancestry) and no open port."""
+    with engine_cells.start(tmp_path, topology="pd-nixl", prefill=32, decode=64) as (_, deployment):
+        engine_cells.require_started(deployment)
+        decode = deployment.servers["decode"]
+        before = total(scrape(decode.metrics_url), "vllm:nixl_bytes_transferred")
+        body = json.dumps({"model": "tiny", "prompt": "Question: 2 plus 3?\nAnswer:", "max_tokens": 4}).encode()
+        request = urllib.request.Request(
+            f"{deployment.base_url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=300) as response:
+            assert response.status == 200
+        assert total(scrape(decode.metrics_url), "vllm:nixl_bytes_transferred") > before
+
+        manifest = json.loads((tmp_path / "processes.json").read_text())
+        ports = [port for entry in manifest for port in entry["ports"]]
+        assert len(ports) == 6 and all(port_in_use(p) for p in ports if p not in _nixl_ports(manifest))
+        pids = {s.pid for s in deployment.servers.values() if s.pid is not None}
+        for pid in list(pids):
+            pids |= descendants(pid)
+        assert len(pids) >= 5  # 3 leaders + vLLM's engine core processes
+
+        errors: list[str] = []
+        stream = threading.Thread(target=_stream_until_broken, args=(deployment.base_url, errors), daemon=True)
+        stream.start()
+        time.sleep(2.0)
+        assert decode.pid is not None
+        os.kill(decode.pid, signal.SIGKILL)  # one process, not its group: its children are orphaned
+        stream.join(timeout=120)
+    assert decode.exit_code == -signal.SIGKILL
+    survivors = sorted(p for p in pids if pid_alive(p))
+    assert survivors == [], f"survived teardown: {survivors}"
+    for server in deployment.servers.values():
+        assert group_members(server.pid) == []
+    assert not any(port_in_use(p) for p in ports)
+
+
+def _nixl_ports(manifest: list[dict[str, Any]]) -> set[int]:
+    """The side-channel ports (listening only once a transfer was set up: not asserted open)."""
+    return {entry["ports"][-1] for entry in manifest if entry["role"] in ("prefill", "decode")}
+
+
+ENGINE_CONTROLLER = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    from canary.config import validate_config
+    from canary.matrix import plan
+    from canary.targets.local import LocalTarget
+    config = validate_config(json.loads(sys.argv[2]), "test")
+    cell = plan(config).planned()[0]
+    with LocalTarget(config).deploy(cell, Path(sys.argv[1])) as deployment:
+        print("deployed", deployment.started, flush=True)
+    """
+)
+
+
+@pytest.mark.engine
+@pytest.mark.own_engines
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_signal_to_the_controller_while_the_engine_starts(
+    tmp_path: Path, tiny_model: Path, engine_cells: Any, how: str
+) -> None:
+    """Ctrl-C / SIGTERM to a controller waiting for its engine: the engine's whole group is gone after."""
+    data = engine_cells.config_data()
+    controller = subprocess.Popen(
+        [sys.executable, "-c", ENGINE_CONTROLLER, str(tmp_path), json.dumps(data)],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        manifest = tmp_path / "processes.json"
+        wait_for(lambda: manifest.exists() or controller.poll() is not None, 60, "the engine to be started")
+        engine = json.loads(manifest.read_text())[0]
+        # Let the engine get going (it forks helpers while it loads) before the controller is stopped.
+        wait_for(lambda: len(group_members(engine["pgid"])) >= 1, 30, "the engine process")
+        time.sleep(5)
+        members = set(group_members(engine["pgid"])) | descendants(engine["pid"])
+        controller.send_signal(getattr(signal, how))
+        controller.wait(timeout=90)
+        assert "deployed" not in (controller.stdout.read() if controller.stdout else "")
+        assert group_members(engine["pgid"]) == []
+        assert not any(pid_alive(pid) for pid in members)
+        assert not port_in_use(engine["ports"][0])
+    finally:
+        if controller.poll() is None:
+            controller.kill()
