@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import pwd
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +45,7 @@ class EngineRole:
     """What differs between the engines of one cell."""
 
     runner: Runner
-    nixl_side_channel_port: int | None = None
+    nixl_side_channel_port: int | str | None = None  # str: a placeholder in describe()
     cpu_bind: str | None = None
 
 
@@ -105,8 +105,11 @@ def engine_env(
     *,
     engine_python: Path,
     cache_dir: Path = CACHE_DIR,
+    python_path: Sequence[Path | str] = (),
 ) -> dict[str, str]:
-    """The complete environment of one vLLM engine process of a cell."""
+    """The complete environment of one vLLM engine process of a cell.
+
+    python_path goes first on PYTHONPATH (a patched copy of vLLM: canary.overlay)."""
     local = config.target.local
     env = base_env(engine_python.parent, cache_dir)
     env.update(loopback_env(local.host))
@@ -122,10 +125,12 @@ def engine_env(
                 "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
             }
         )
-        # AMX permission for every engine process (see canary/targets/engine_site/sitecustomize.py).
-        env["PYTHONPATH"] = str(ENGINE_SITE_DIR)
         if role.cpu_bind is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = role.cpu_bind
+    # AMX permission for every CPU engine process (see canary/targets/engine_site/sitecustomize.py).
+    paths = [str(p) for p in python_path] + ([str(ENGINE_SITE_DIR)] if config.platform == "cpu" else [])
+    if paths:
+        env["PYTHONPATH"] = ":".join(paths)
     env[RUNNER_ENV_VAR] = "1" if role.runner == "v2" else "0"
     if role.nixl_side_channel_port is not None:
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = env["VLLM_HOST_IP"]

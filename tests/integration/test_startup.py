@@ -23,6 +23,7 @@ from canary.promtext import scrape, total
 from canary.results import CheckResult
 from canary.runner import apply_expectation
 from canary.targets.base import Deployment
+from canary.targets.endpoint import EndpointTarget
 from canary.targets.processes import group_members, pid_alive
 
 pytestmark = pytest.mark.engine
@@ -167,3 +168,18 @@ def test_live_config_fails_a_deployment_that_runs_another_cell(
     assert result.verdict == "fail"
     assert "aggregated block_size: asked 64, runs 32" in result.evidence["mismatches"]
     assert "aggregated effective_attention_block_size: asked 64, runs 32" in result.evidence["mismatches"]
+
+
+def test_endpoint_target_checks_a_running_server(agg_deployment: Deployment, tmp_path: Path, engine_cells: Any) -> None:
+    """The endpoint target starts nothing: pointed at the shared server it verifies health and block size."""
+    url = agg_deployment.base_url
+    config, cell = engine_cells.cell(overrides=("target.kind=endpoint", f"target.endpoint={{url: '{url}'}}"))
+    target = EndpointTarget(config)
+    with target.deploy(cell, tmp_path) as deployment:
+        assert deployment.started and deployment.served_model == "tiny"
+        result = run_startup(config, deployment, tmp_path)
+    assert result.verdict == "pass", result.summary
+    assert result.metrics["block_size_aggregated"] == 32
+    assert result.evidence["unverified"] == {"aggregated": ["attention backend", "model runner"]}
+    assert agg_deployment.servers["aggregated"].pid is not None
+    assert pid_alive(agg_deployment.servers["aggregated"].pid)  # still running: nothing was stopped

@@ -105,3 +105,8 @@ def test_non_loopback_host_sets_only_the_host_ip() -> None:
 )
 def test_cpu_binds(cores: int, engines: int, expected: list[str | None]) -> None:
     assert cpu_binds(cores, engines) == expected
+
+
+def test_overlay_goes_first_on_pythonpath() -> None:
+    env = engine_env(_config(), EngineRole(runner="v1"), engine_python=PYTHON, python_path=[Path("/overlays/abc")])
+    assert env["PYTHONPATH"] == f"/overlays/abc:{ENGINE_SITE_DIR}"
