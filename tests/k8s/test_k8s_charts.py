@@ -526,3 +526,24 @@ def test_every_container_is_hardened(helm_home: Path) -> None:
             assert container["imagePullPolicy"] == "Always", name
             seen += 1
     assert seen >= 10
+
+
+def test_kubernetes_validate_cli_agrees(tmp_path: Path, helm_home: Path) -> None:
+    """The same check through the kubernetes-validate command (-k 1.33.0 --strict) on a rendered file."""
+    import sys
+
+    docs = render("vllm-pd", helm_home, [CHARTS / "vllm-pd" / "ci" / "pd-and-aggregated-values.yaml"])
+    manifest = tmp_path / "vllm-pd.yaml"
+    manifest.write_text(yaml.safe_dump_all(docs))
+    cli = Path(sys.executable).parent / "kubernetes-validate"
+    result = subprocess.run([str(cli), "-k", "1.33.0", "--strict", str(manifest)],
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count(" passed for resource ") == len(docs)
+    broken = yaml.safe_load_all(manifest.read_text())
+    broken_docs = list(broken)
+    broken_docs[-1]["spec"]["replicaz"] = 1
+    manifest.write_text(yaml.safe_dump_all(broken_docs))
+    result = subprocess.run([str(cli), "-k", "1.33.0", "--strict", str(manifest)],
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode != 0 and "replicaz" in result.stdout
