@@ -225,7 +225,8 @@ def _assert_exact_counts(tmp_path: Path, prompt_tokens: int, output_tokens: int)
     for s in samples:
         assert s.prompt_tokens == prompt_tokens  # token-id prompts: exact, from the server's usage
         assert s.output_tokens == output_tokens  # ignore_eos: exact
-        assert s.token_events == output_tokens
+        # vLLM may put several tokens in one event when a stream lags (TPOT divides by usage, not events)
+        assert 1 <= s.token_events <= output_tokens
     return samples
 
 
