@@ -241,9 +241,7 @@ class ThroughputCheckConfig(Strict):
     request_timeout_s: float = Field(60.0, gt=0, description="Network timeout of one request (per read).")
     repeats: PositiveInt = Field(1, description="Runs per cell; medians are compared.")
     seed: int = Field(0, description="Seed of prompts, lengths and arrivals (repeat i uses seed + i).")
-    workers: int = Field(
-        0, ge=0, description="0: one load process; N: a locust master with N local worker processes."
-    )
+    workers: int = Field(0, ge=0, description="0: one load process; N: a locust master with N local worker processes.")
     slo: SloConfig = Field(default_factory=SloConfig, description="Goodput SLOs.")
     min_requests_per_s: float | None = Field(None, ge=0, description="Absolute floor.")
     min_output_tokens_per_s: float | None = Field(None, ge=0, description="Absolute floor.")
@@ -268,6 +266,23 @@ class ThroughputCheckConfig(Strict):
     max_client_lag_p99_ms: float = Field(
         50.0, gt=0, description="p99 gevent loop lag of the load generator above which the result is invalid."
     )
+
+    @field_validator("regression_metrics")
+    @classmethod
+    def _known_regression_metrics(cls, values: list[str]) -> list[str]:
+        known = {"requests_per_s", "output_tokens_per_s", "total_tokens_per_s", "goodput_requests_per_s"} | {
+            f"{kind}_{stat}_s" for kind in ("ttft", "tpot", "itl", "e2e") for stat in ("mean", "p50", "p90", "p99")
+        }
+        unknown = [v for v in values if v not in known]
+        if unknown:
+            raise ValueError(f"unknown metrics {unknown}; known: {sorted(known)}")
+        return values
+
+    @model_validator(mode="after")
+    def _workers_have_users(self) -> ThroughputCheckConfig:
+        if self.workers > self.concurrency:
+            raise ValueError(f"workers ({self.workers}) must not exceed concurrency ({self.concurrency})")
+        return self
 
 
 class ChecksConfig(Strict):
