@@ -452,3 +452,11 @@ def test_canary_never_imports_locust() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_config_rejects_bad_throughput_settings() -> None:
+    with pytest.raises(ValueError, match="workers"):
+        ThroughputCheckConfig(workers=8, concurrency=4)
+    with pytest.raises(ValueError, match="unknown metrics"):
+        ThroughputCheckConfig(regression_metrics=["ttft_p95_s"])
+    assert ThroughputCheckConfig(regression_metrics=["itl_p99_s", "goodput_requests_per_s"]).regression_metrics
