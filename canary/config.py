@@ -242,6 +242,14 @@ class ThroughputCheckConfig(Strict):
     repeats: PositiveInt = Field(1, description="Runs per cell; medians are compared.")
     seed: int = Field(0, description="Seed of prompts, lengths and arrivals (repeat i uses seed + i).")
     workers: int = Field(0, ge=0, description="0: one load process; N: a locust master with N local worker processes.")
+    remote_workers: int = Field(
+        0,
+        ge=0,
+        description="N > 0: instead of local workers, the load process is a locust master that waits for N workers "
+        "started elsewhere with `python -m canary.load.run --worker --master-host HOST --master-port PORT`.",
+    )
+    master_bind_host: str = Field("127.0.0.1", description="remote_workers: interface the master listens on.")
+    master_bind_port: int = Field(5557, gt=0, lt=65536, description="remote_workers: port the master listens on.")
     slo: SloConfig = Field(default_factory=SloConfig, description="Goodput SLOs.")
     min_requests_per_s: float | None = Field(None, ge=0, description="Absolute floor.")
     min_output_tokens_per_s: float | None = Field(None, ge=0, description="Absolute floor.")
@@ -280,8 +288,11 @@ class ThroughputCheckConfig(Strict):
 
     @model_validator(mode="after")
     def _workers_have_users(self) -> ThroughputCheckConfig:
-        if self.workers > self.concurrency:
-            raise ValueError(f"workers ({self.workers}) must not exceed concurrency ({self.concurrency})")
+        for name in ("workers", "remote_workers"):
+            if getattr(self, name) > self.concurrency:
+                raise ValueError(f"{name} ({getattr(self, name)}) must not exceed concurrency ({self.concurrency})")
+        if self.workers and self.remote_workers:
+            raise ValueError("set workers (local processes) or remote_workers, not both")
         return self
 
 

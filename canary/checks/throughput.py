@@ -53,6 +53,20 @@ def build_spec(cfg: ThroughputCheckConfig, deployment: Deployment, repeat: int =
     )
 
 
+def master_args(cfg: ThroughputCheckConfig) -> list[str]:
+    """Arguments that make the load process a master waiting for remote workers (none: local)."""
+    if not cfg.remote_workers:
+        return []
+    return [
+        "--expect-workers",
+        str(cfg.remote_workers),
+        "--master-bind-host",
+        cfg.master_bind_host,
+        "--master-bind-port",
+        str(cfg.master_bind_port),
+    ]
+
+
 def slo_of(cfg: ThroughputCheckConfig) -> Slo:
     """The goodput SLOs in seconds."""
 
@@ -152,7 +166,7 @@ def throughput_check(ctx: CheckContext) -> CheckResult:
     for repeat in range(cfg.repeats):
         spec = build_spec(cfg, ctx.deployment, repeat).model_copy(update={"token_pool": pool, "words_per_token": ratio})
         try:
-            result = run_load(spec, work_dir, name=f"run-{repeat}", slo=slo_of(cfg))
+            result = run_load(spec, work_dir, name=f"run-{repeat}", slo=slo_of(cfg), extra_args=master_args(cfg))
         except LoadError as exc:
             return CheckResult(name="throughput", verdict="error", summary=str(exc).splitlines()[0], evidence=evidence)
         runs.append(result)

