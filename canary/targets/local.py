@@ -21,7 +21,7 @@ import json
 import os
 import shlex
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +104,7 @@ class LocalTarget:
         self.cache_dir = cache_dir
         self.cores = cores or os.cpu_count() or 1
         self.catalog = load_catalog()
+        self._overlays: dict[str, Path] = {}
 
     # ------------------------------------------------------------------ commands
 
@@ -116,6 +117,22 @@ class LocalTarget:
     def _engine_python_text(self, cell: Cell) -> str:
         image = self.config.images[cell.image]
         return image.engine_python or self.settings.engine_python
+
+    def overlay(self, cell: Cell) -> Path | None:
+        """The patched vLLM copy for the cell's image (`images.<key>.patches`), built once and cached."""
+        series = self.config.images[cell.image].patches
+        if series is None:
+            return None
+        if cell.image not in self._overlays:
+            from canary.overlay import build_overlay
+
+            path = _as_absolute(series)
+            if not path.is_file():
+                raise CanaryError(f"patch series {series!r} of image {cell.image!r} not found ({path})")
+            self._overlays[cell.image] = build_overlay(
+                path, engine_python=self.engine_python(cell), cache_root=self.cache_dir / "overlays"
+            )
+        return self._overlays[cell.image]
 
     def _model_spec(self, cell: Cell) -> tuple[int, int, list[str]]:
         model = next(m for m in self.config.models if m.name == cell.model)
@@ -187,12 +204,20 @@ class LocalTarget:
             program = str(_as_absolute(program))
         return [program, *rest]
 
-    def plan_servers(self, cell: Cell, ports: Mapping[str, str], *, python: Path, model_path: str) -> list[ServerPlan]:
+    def plan_servers(
+        self,
+        cell: Cell,
+        ports: Mapping[str, str],
+        *,
+        python: Path,
+        model_path: str,
+        python_path: Sequence[Path | str] = (),
+    ) -> list[ServerPlan]:
         """Every process of the cell, in start order. `ports` maps names (see port_names) to values."""
         host = self.settings.host
         if cell.topology == "aggregated":
             role = EngineRole(runner=cell.runner)
-            env = engine_env(self.config, role, engine_python=python, cache_dir=self.cache_dir)
+            env = engine_env(self.config, role, engine_python=python, cache_dir=self.cache_dir, python_path=python_path)
             argv = self.engine_argv(
                 cell, str(python), model_path, "aggregated", ports["aggregated"], cell.prefill_block_size
             )
@@ -203,12 +228,8 @@ class LocalTarget:
             (("prefill", cell.prefill_block_size), ("decode", cell.decode_block_size))
         ):
             side = ports[f"{role_name}_nixl"]
-            role = EngineRole(
-                runner=cell.runner, nixl_side_channel_port=int(side) if side.isdigit() else None, cpu_bind=binds[index]
-            )
-            env = engine_env(self.config, role, engine_python=python, cache_dir=self.cache_dir)
-            if not side.isdigit():  # describe(): show the placeholder
-                env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = side
+            role = EngineRole(runner=cell.runner, nixl_side_channel_port=side, cpu_bind=binds[index])
+            env = engine_env(self.config, role, engine_python=python, cache_dir=self.cache_dir, python_path=python_path)
             argv = self.engine_argv(cell, str(python), model_path, role_name, ports[role_name], block)
             plans.append(ServerPlan(role_name, argv, env, ports[role_name], side_ports=[side]))
         program = self._router_command()[0]
@@ -244,9 +265,13 @@ class LocalTarget:
         except CanaryError as exc:
             model_path = str(self.cache_dir / "models" / cell.model_source.removeprefix(BUILTIN_PREFIX))
             notes.append(str(exc))
+        series = self.config.images[cell.image].patches
+        overlay = [f"$OVERLAY_OF({series})"] if series else []
+        if series:
+            notes.append(f"{series} is applied to a copy of the engine's vllm (canary.overlay), first on PYTHONPATH")
         servers = [
             {"role": p.role, "command": shlex.join(p.argv), "argv": p.argv, "env": p.env}
-            for p in self.plan_servers(cell, ports, python=python, model_path=model_path)
+            for p in self.plan_servers(cell, ports, python=python, model_path=model_path, python_path=overlay)
         ]
         return {
             "servers": servers,
@@ -267,7 +292,10 @@ class LocalTarget:
             resolve_executable(self.settings.router[0], "P/D router", "run `make engine-venv` (vllm-router)")
         names = self.port_names(cell)
         ports = dict(zip(names, (str(p) for p in processes.free_ports(len(names), self.settings.host)), strict=True))
-        plans = self.plan_servers(cell, ports, python=python, model_path=model_path)
+        overlay = self.overlay(cell)
+        plans = self.plan_servers(
+            cell, ports, python=python, model_path=model_path, python_path=[overlay] if overlay else []
+        )
         log_dir.mkdir(parents=True, exist_ok=True)
         deployment = Deployment(cell=cell, base_url="", served_model=cell.model)
         started: dict[str, processes.ManagedProcess] = {}
