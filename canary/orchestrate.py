@@ -38,7 +38,7 @@ def run_and_report(config: CanaryConfig, the_plan: Plan, *, config_path: str, co
         if not any(run_dir.iterdir()):
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
-    written = write_all(run, run_dir)
+    written = write_all(run, run_dir, junit=config.export.junit, html=config.export.html)
     point_latest(results_root, run_dir)
     console.print(render_grid(run))
     for line in export_run(run, config, run_dir):
