@@ -1,0 +1,14 @@
+# The seeded-fault selftest (issue 8): proves the canary catches what it exists for.
+# Included by the top-level Makefile (PY, setup). canary/selftest.py runs configs/selftest.yaml
+# clean (3 times) and once per fault of tests/faults/faults.yaml, each fault applied to a copy of
+# the engine's vllm (canary/overlay.py, cached under .cache/overlays), through the real pipeline.
+#
+#   make selftest                                    everything (~20-40 min on 2 shared cores)
+#   make selftest SELFTEST_ARGS="--fault 02 --clean-runs 0"   one fault, no clean runs
+
+SELFTEST_ARGS ?=
+
+.PHONY: selftest
+
+selftest: setup ## seeded faults: a clean run x3 and one run per fault; fails on a miss or a false alarm
+	$(PY) -m canary.selftest $(SELFTEST_ARGS)

@@ -1,0 +1,64 @@
+"""Seeded faults end to end: the real engine with a patched copy of vllm, the real pipeline.
+
+Faults 01 (NIXL registration layout mismatch: P/D startup fails) and 02 (decode reads the KV
+blocks in reversed order: silent corruption) go through `canary.selftest.run_selftest`, i.e.
+configs/selftest.yaml with the fault's series as the image's `patches`, the local target, the
+overlay, and the startup / parity / accuracy / kv_transfer checks. `make selftest` runs all five
+faults and the clean runs; this keeps the two that need a P/D pair in `make test`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from canary.results import RunResult
+from canary.selftest import DEFAULT_CONFIG, run_selftest
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.own_engines]
+
+# The load test proves nothing about these two faults and costs minutes: off here (make selftest runs it).
+FAST = ["checks.throughput.enabled=false"]
+
+
+def _run_result(run_dir: str) -> RunResult:
+    return RunResult.model_validate(json.loads((Path(run_dir) / "results.json").read_text()))
+
+
+def test_fault_01_nixl_registration_mismatch_fails_startup_and_is_classified(tiny_model: Path, tmp_path: Path) -> None:
+    del tiny_model
+    result = run_selftest(DEFAULT_CONFIG, tmp_path, clean_runs=0, only=["01"], overrides=FAST)
+    outcome = result.faults[0]
+    assert outcome.detected, outcome.detail
+    assert outcome.fired == ["startup"] and outcome.time_to_verdict_s is not None
+
+    run = _run_result(outcome.run_dir)
+    (cell,) = run.cells
+    assert cell.cell.image == "fault-01-nixl-registration-layout" and cell.cell.topology == "pd-nixl"
+    startup = cell.check("startup")
+    assert startup is not None and startup.verdict == "fail"
+    assert startup.evidence["failure_class"] == "nixl-registration-mismatch"
+    assert [c.name for c in cell.checks] == ["startup"], "nothing runs after a failed start"
+    # The engine really ran the patched copy, and its log carries the registration error.
+    logs = "".join((Path(outcome.run_dir) / rel).read_text(errors="replace") for rel in cell.logs.values())
+    assert "/overlays/" in logs
+    assert "KV cache tensor has too few blocks" in logs or "cannot be partitioned into NIXL regions" in logs
+
+
+def test_fault_02_reversed_kv_blocks_collapse_accuracy_while_kv_moves(tiny_model: Path, tmp_path: Path) -> None:
+    del tiny_model
+    result = run_selftest(DEFAULT_CONFIG, tmp_path, clean_runs=0, only=["02"], overrides=FAST)
+    outcome = result.faults[0]
+    assert outcome.detected, outcome.detail
+    assert "accuracy" in outcome.fired and "parity" in outcome.fired
+
+    run = _run_result(outcome.run_dir)
+    (cell,) = run.cells
+    startup, parity, accuracy, kv = (cell.check(n) for n in ("startup", "parity", "accuracy", "kv_transfer"))
+    assert startup is not None and startup.verdict == "pass", "the engines start and answer"
+    assert parity is not None and parity.metrics["parity_match_rate"] < 1.0
+    assert accuracy is not None and accuracy.verdict == "fail"
+    # The KV did move over NIXL (it is the wrong KV): the KV-transfer proof alone would pass.
+    assert kv is not None and kv.verdict == "pass", kv.summary
