@@ -165,8 +165,16 @@ class StartupCheckConfig(Strict):
 class KvTransferCheckConfig(Strict):
     """KV transfer proof for P/D cells from the decode server's NIXL counters."""
 
-    enabled: bool = Field(True, description="Run the KV-transfer check on pd-nixl cells.")
-    min_bytes: int = Field(1, ge=0, description="Bytes that must have moved during the checks.")
+    enabled: bool = Field(True, description="Run the KV-transfer check on pd-nixl cells (aggregated: skipped).")
+    min_bytes: int = Field(1, ge=0, description="Bytes that must have moved during the checks (at least 1).")
+    probe_requests: int = Field(
+        2, ge=0, description="Short requests the check sends itself, so the proof never depends on other checks."
+    )
+    max_recompute_share: Probability = Field(
+        0.5,
+        description="Largest share of decode's uncached prompt tokens it may compute itself (the rest must come "
+        "over NIXL); a decode that silently recomputes the prefill computes all of them.",
+    )
 
 
 class DatasetConfig(Strict):
@@ -176,6 +184,11 @@ class DatasetConfig(Strict):
         "builtin", description="hub: openai/gsm8k; local: jsonl files; builtin: the project's tiny dataset."
     )
     hub_id: str = Field("openai/gsm8k", description="Dataset id on the hub (source: hub).")
+    path: str | None = Field(
+        None,
+        description="source local: a directory with train.jsonl and test.jsonl, or a mirror of the hub "
+        "repository (main/train-*.parquet, main/test-*.parquet). Takes precedence over train_path/test_path.",
+    )
     train_path: str | None = Field(None, description="Few-shot source jsonl (source: local).")
     test_path: str | None = Field(None, description="Evaluation jsonl (source: local).")
 
@@ -187,17 +200,32 @@ class AccuracyCheckConfig(Strict):
     dataset: DatasetConfig = Field(default_factory=DatasetConfig, description="GSM8K data source.")
     num_fewshot: int = Field(5, ge=0, description="Few-shot examples, as lm-eval's gsm8k task.")
     limit: PositiveInt = Field(200, description="Questions evaluated at most.")
+    offset: int = Field(
+        0, ge=0, description="Index of the first test question (P/D cells with a control use the control's)."
+    )
     batch_size: PositiveInt = Field(50, description="Questions per sequential batch (early stop granularity).")
     early_stop: bool = Field(True, description="Stop as soon as the verdict is certain either way.")
     num_concurrent: PositiveInt = Field(4, description="Concurrent requests lm-eval sends.")
     max_gen_toks: PositiveInt = Field(64, description="Max generated tokens per answer.")
-    confidence: Probability = Field(0.95, description="Confidence of the Wilson bound.")
-    min_accuracy: Probability | None = Field(None, description="Absolute gate; default: the model's expected_gsm8k.")
-    tolerance: Probability = Field(
-        0.0, description="The gate passes while the Wilson upper bound >= expected - tolerance."
+    confidence: Probability = Field(
+        0.95,
+        description="Confidence of the two-sided Wilson interval; with early_stop it is split evenly over the "
+        "planned looks (Bonferroni).",
     )
-    paired_alpha: Probability = Field(0.01, description="Significance of the paired McNemar test vs control.")
-    order_buckets: PositiveInt = Field(4, description="Accuracy per slice of request order.")
+    min_accuracy: Probability | None = Field(
+        None,
+        description="Absolute threshold T used as is. Unset: the model's expected_gsm8k - tolerance, else the "
+        "held-out accuracy in the tiny model's canary-model.json - tolerance.",
+    )
+    tolerance: Probability = Field(
+        0.0,
+        description="Subtracted from the expected accuracy to get T. The gate fails when the Wilson upper bound "
+        "< T (accuracy significantly below T); it passes early when the lower bound >= T.",
+    )
+    paired_alpha: Probability = Field(
+        0.01, description="Significance of the exact McNemar test vs the control; fails only when P/D is worse."
+    )
+    order_buckets: PositiveInt = Field(4, description="Accuracy per consecutive slice of request order.")
 
 
 class ParityCheckConfig(Strict):
@@ -207,8 +235,13 @@ class ParityCheckConfig(Strict):
     prompt_lengths: list[PositiveInt] = Field(
         [8, 31, 33, 100, 300], description="Prompt lengths in tokens (around and across block boundaries)."
     )
-    max_tokens: PositiveInt = Field(32, description="Greedy tokens generated per prompt.")
-    min_match_rate: Probability = Field(1.0, description="Token-exact match rate required (1.0 on CPU).")
+    block_relative: bool = Field(
+        True, description="Also use B-1, B+1 and 2B+1 tokens for every block size B of the matrix."
+    )
+    max_tokens: PositiveInt = Field(32, description="Greedy tokens generated per prompt (ignore_eos).")
+    min_match_rate: Probability = Field(
+        1.0, description="Token-exact match rate required (1.0 on CPU; lower for GPU numerics)."
+    )
 
 
 class SloConfig(Strict):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from canary import __version__
-from canary.checks.base import CHECK_ORDER, CheckContext, registered
+from canary.checks.base import CHECK_ORDER, CheckContext, registered, run_before_checks
 from canary.config import CanaryConfig
 from canary.matrix import Cell, Plan
 from canary.results import CellResult, CheckResult, RunResult, Verdict, utc_now, worst
@@ -72,11 +72,15 @@ def run_checks(ctx: CheckContext, progress: Progress) -> list[CheckResult]:
     """Run the enabled checks of a started cell in CHECK_ORDER; stop after a failed startup."""
     checks = registered()
     results: list[CheckResult] = []
+    hooks_ran = False
     for name in CHECK_ORDER:
         fn = checks.get(name)
         settings = getattr(ctx.config.checks, name, None)
         if fn is None or (settings is not None and not getattr(settings, "enabled", True)):
             continue
+        if name != "startup" and not hooks_ran:
+            run_before_checks(ctx)  # e.g. NIXL counters before any check sends traffic
+            hooks_ran = True
         progress(f"  {ctx.cell.id}: {name} ...")
         started = time.monotonic()
         try:

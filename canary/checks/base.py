@@ -74,6 +74,8 @@ class Check(Protocol):
 
 CheckFn = Callable[[CheckContext], CheckResult]
 _REGISTRY: dict[str, CheckFn] = {}
+BeforeChecksHook = Callable[[CheckContext], None]
+_BEFORE_CHECKS: dict[str, BeforeChecksHook] = {}
 
 
 def register(name: str) -> Callable[[CheckFn], CheckFn]:
@@ -84,6 +86,28 @@ def register(name: str) -> Callable[[CheckFn], CheckFn]:
         return fn
 
     return wrap
+
+
+def before_checks(name: str) -> Callable[[BeforeChecksHook], BeforeChecksHook]:
+    """Register a hook the runner calls once per started cell, after startup and before the other
+    checks (e.g. the KV-transfer check snapshots NIXL counters into ctx.scratch)."""
+
+    def wrap(fn: BeforeChecksHook) -> BeforeChecksHook:
+        _BEFORE_CHECKS[name] = fn
+        return fn
+
+    return wrap
+
+
+def run_before_checks(ctx: CheckContext) -> None:
+    """Call every before-checks hook; a failing hook leaves `<name>.hook_error` in ctx.scratch."""
+    import canary.checks  # noqa: F401  (registers)
+
+    for name, hook in _BEFORE_CHECKS.items():
+        try:
+            hook(ctx)
+        except Exception as exc:  # the check that needs the hook reports it
+            ctx.scratch[f"{name}.hook_error"] = f"{type(exc).__name__}: {exc}"
 
 
 def registered() -> dict[str, CheckFn]:
