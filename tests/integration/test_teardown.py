@@ -175,14 +175,18 @@ def test_kill9_of_one_server_mid_run_leaves_nothing(tiny_model: Path, tmp_path: 
     with engine_cells.start(tmp_path, topology="pd-nixl", prefill=32, decode=64) as (_, deployment):
         engine_cells.require_started(deployment)
         decode = deployment.servers["decode"]
-        before = total(scrape(decode.metrics_url), "vllm:nixl_bytes_transferred")
+        before = total(scrape(decode.metrics_url), "vllm:nixl_bytes_transferred_sum")
         body = json.dumps({"model": "tiny", "prompt": "Question: 2 plus 3?\nAnswer:", "max_tokens": 4}).encode()
         request = urllib.request.Request(
             f"{deployment.base_url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
         )
         with urllib.request.urlopen(request, timeout=300) as response:
             assert response.status == 200
-        assert total(scrape(decode.metrics_url), "vllm:nixl_bytes_transferred") > before
+        wait_for(
+            lambda: total(scrape(decode.metrics_url), "vllm:nixl_bytes_transferred_sum") > before,
+            30,
+            "decode's NIXL byte counter to grow",
+        )
 
         manifest = json.loads((tmp_path / "processes.json").read_text())
         ports = [port for entry in manifest for port in entry["ports"]]
