@@ -2,7 +2,8 @@
 # generated GSM8K-format arithmetic problems. Included by the top-level Makefile, which defines
 # ENGINE_PY and the `engine-venv` target.
 #
-#   make model        build it (~2 min on 2 cores) into $(MODEL_ROOT)/<content hash>/, or reuse it
+#   make model        build it (~2 min on 2 cores) into $(MODEL_ROOT)/<content hash>/, or reuse it,
+#                     and point $(MODEL_ROOT)/$(MODEL_NAME) at it (`builtin:tiny` in configs)
 #   make model-path   print that directory (exit 1 if not built yet); no torch needed
 #
 # The directory name hashes the sources of canary/model/{dataset,params,build}.py and every
@@ -12,6 +13,7 @@
 PYTHON_BOOT ?= python3.11
 MODEL_ROOT ?= .cache/models
 MODEL_SEED ?= 0
+MODEL_NAME ?= tiny
 MODEL_ENV := env HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPATH=$(CURDIR)
 MODEL_DIR = $(shell $(MODEL_ENV) $(PYTHON_BOOT) -m canary.model.params --out-root $(MODEL_ROOT) --seed $(MODEL_SEED))
 
@@ -20,7 +22,7 @@ SETUP_EXTRA += model
 .PHONY: model model-path
 
 model: engine-venv ## build (or reuse) the tiny model; prints its directory last
-	$(MODEL_ENV) $(ENGINE_PY) -m canary.model.build --out-root $(MODEL_ROOT) --seed $(MODEL_SEED)
+	$(MODEL_ENV) $(ENGINE_PY) -m canary.model.build --out-root $(MODEL_ROOT) --seed $(MODEL_SEED) --link $(MODEL_NAME)
 
 model-path: ## print the tiny model's directory (exit 1 if not built yet)
 	@$(MODEL_ENV) $(PYTHON_BOOT) -m canary.model.params --out-root $(MODEL_ROOT) --seed $(MODEL_SEED)

@@ -50,6 +50,7 @@ from canary.model.params import (
 
 BOS, EOS, PAD, IM_START, IM_END = "<s>", "</s>", "<pad>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = (BOS, EOS, PAD, IM_START, IM_END)
+SERVING_DTYPE = torch.bfloat16
 FEWSHOT_SEPARATOR = "\n\n"
 """lm-eval's fewshot_delimiter; the answer follows ``Answer:`` after its target_delimiter " "."""
 CHAT_TEMPLATE = (
@@ -163,7 +164,6 @@ def make_model(params: ModelParams, tokenizer: PreTrainedTokenizerFast) -> Llama
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=True,
-        torch_dtype="float32",
     )
     return LlamaForCausalLM(config)
 
@@ -235,6 +235,17 @@ def train_model(
             log(f"step {step}/{params.steps} loss {loss.item():.4f}")
     model.eval()
     return losses
+
+
+def to_serving_dtype(model: LlamaForCausalLM) -> LlamaForCausalLM:
+    """Cast to :data:`SERVING_DTYPE` for the held-out check and the saved weights.
+
+    vLLM serves a float32 checkpoint in bfloat16 on CPU anyway; saving bfloat16 means the
+    in-build check, transformers and vLLM all see the same weights and precision.
+    """
+    model = model.to(SERVING_DTYPE)
+    model.config.dtype = SERVING_DTYPE
+    return model
 
 
 # --- held-out check --------------------------------------------------------------------------
@@ -333,6 +344,7 @@ def build(out: Path, params: BuildParams) -> dict[str, Any]:
     model = make_model(params.model, tokenizer)
     losses = train_model(model, tokenizer, train, params.train, params.seed)
     train_seconds = time.monotonic() - started
+    model = to_serving_dtype(model)
 
     eval_items = test[: params.eval_size]
     accuracy = heldout_exact_match(model, tokenizer, train, eval_items, params.eval_shots,
@@ -373,6 +385,7 @@ def build_atomically(final: Path, params: BuildParams) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     try:
         build(staging, params)
+        staging.chmod(0o755)  # mkdtemp makes it 0700; the model is read by other users too
         try:
             os.rename(staging, final)
         except OSError:
@@ -393,6 +406,16 @@ def cached_build(out_root: Path, params: BuildParams) -> Path:
     return build_atomically(final, params)
 
 
+def link_name(out_root: Path, name: str, target: Path) -> Path:
+    """Point ``out_root/name`` at ``target`` (a relative symlink, swapped in atomically)."""
+    link = out_root / name
+    staging = out_root / f".{name}.link-{os.getpid()}"
+    staging.unlink(missing_ok=True)
+    staging.symlink_to(os.path.relpath(target, out_root))
+    os.replace(staging, link)
+    return link
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(description="Build the canary's tiny Llama model.")
@@ -402,6 +425,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="seed for data, init and batches")
     parser.add_argument("--steps", type=int, default=TrainParams.steps,
                         help="training steps (fewer for quick smoke builds)")
+    parser.add_argument("--link", metavar="NAME",
+                        help="with --out-root: also point ROOT/NAME at the build (builtin:NAME in configs)")
     parser.add_argument("--print-path", action="store_true",
                         help="with --out-root: print the cached model's path, build nothing")
     return parser.parse_args(argv)
@@ -414,6 +439,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     params = replace(base, train=replace(base.train, steps=args.steps))
     if args.out_root is not None:
         path = model_dir(args.out_root, params) if args.print_path else cached_build(args.out_root, params)
+        if args.link and not args.print_path:
+            log(f"{link_name(args.out_root, args.link, path)} -> {path.name}")
     elif args.out.exists():
         log(f"{args.out} already exists; remove it or use --out-root for a cached build")
         return 2

@@ -74,9 +74,9 @@ class DatasetSpec:
     seed: int = 0
     train_size: int = 4000
     test_size: int = 500
-    max_addend: int = 20
+    max_addend: int = 10
     """Addition operands are drawn from 1..max_addend."""
-    max_minuend: int = 20
+    max_minuend: int = 15
     """Subtraction computes a - b with 2 <= a <= max_minuend and 1 <= b < a."""
     max_factor: int = 5
     """Multiplication computes a * b with 2 <= a <= max_factor ..."""
