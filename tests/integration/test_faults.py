@@ -17,7 +17,7 @@ import pytest
 from canary.results import RunResult
 from canary.selftest import DEFAULT_CONFIG, run_selftest
 
-pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.own_engines]
+pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.own_engines, pytest.mark.timeout(3600)]
 
 # The load test proves nothing about these two faults and costs minutes: off here (make selftest runs it).
 FAST = ["checks.throughput.enabled=false"]
