@@ -67,11 +67,15 @@ def test_descendant_that_left_the_group_is_killed_too(tmp_path: Path) -> None:
     """A child that calls setsid() leaves our process group; teardown still finds it by ancestry."""
     script = "setsid sleep 300 & sleep 300"
     proc = processes.start("escaper", ["bash", "-c", script], SHELL_ENV, tmp_path / "s.log")
-    wait_for(lambda: len(descendants(proc.pid)) == 2, 10, "two children")
-    escaped = [pid for pid in descendants(proc.pid) if pid not in group_members(proc.pgid)]
-    assert len(escaped) == 1
+
+    def escaped() -> list[int]:
+        return [pid for pid in descendants(proc.pid) if pid not in group_members(proc.pgid)]
+
+    # Both children exist a moment before the forked one has run setsid(): wait for the escape itself.
+    wait_for(lambda: len(descendants(proc.pid)) == 2 and len(escaped()) == 1, 10, "a child outside the group")
+    escapee = escaped()[0]
     processes.stop([proc])
-    assert not pid_alive(escaped[0])
+    assert not pid_alive(escapee)
 
 
 def test_free_ports_are_distinct_and_free() -> None:

