@@ -375,6 +375,13 @@ def build(out: Path, params: BuildParams) -> dict[str, Any]:
     return manifest
 
 
+def make_world_readable(directory: Path) -> None:
+    """Directories 0755, files 0644: mkdtemp and safetensors create owner-only entries."""
+    directory.chmod(0o755)
+    for path in directory.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
 def build_atomically(final: Path, params: BuildParams) -> Path:
     """Build into a temp sibling of ``final``, then rename it into place.
 
@@ -385,7 +392,7 @@ def build_atomically(final: Path, params: BuildParams) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     try:
         build(staging, params)
-        staging.chmod(0o755)  # mkdtemp makes it 0700; the model is read by other users too
+        make_world_readable(staging)
         try:
             os.rename(staging, final)
         except OSError:
