@@ -390,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="output directory (default results/selftest-<UTC time>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override KEY=VALUE")
     args = parser.parse_args(argv)
-    console = Console()
+    # Wide when piped (make, CI logs): the table is the point of the output.
+    console = Console() if sys.stdout.isatty() else Console(width=180)
     out_dir = args.out or Path("results") / f"selftest-{utc_now().strftime('%Y%m%dT%H%M%SZ')}"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
