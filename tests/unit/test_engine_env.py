@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 from canary.config import load_config
-from canary.engine_env import ENGINE_SITE_DIR, EngineRole, cpu_binds, engine_env, is_loopback, router_env
+from canary.engine_env import (
+    ENGINE_SITE_DIR,
+    NIXL_PROGRESS_DELAY_ENV,
+    EngineRole,
+    cpu_binds,
+    engine_env,
+    is_loopback,
+    router_env,
+)
 from canary.paths import CONFIGS_DIR
 
 PYTHON = Path("/opt/engine/bin/python")
@@ -61,6 +69,7 @@ def test_loopback_offline_and_cpu_settings() -> None:
     assert env["PATH"].split(":")[0] == "/opt/engine/bin"
     assert "VLLM_NIXL_SIDE_CHANNEL_PORT" not in env
     assert "VLLM_CPU_OMP_THREADS_BIND" not in env
+    assert NIXL_PROGRESS_DELAY_ENV not in env  # no NIXL in an aggregated server
 
 
 def test_pd_role_gets_its_side_channel_and_core() -> None:
@@ -71,6 +80,13 @@ def test_pd_role_gets_its_side_channel_and_core() -> None:
     assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "5601"
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "1"
     assert env["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+    assert env[NIXL_PROGRESS_DELAY_ENV] == "1000"
+    off = engine_env(
+        _config("target.local.nixl_progress_delay_us=null"),
+        EngineRole(runner="v1", nixl_side_channel_port=5601),
+        engine_python=PYTHON,
+    )
+    assert NIXL_PROGRESS_DELAY_ENV not in off
 
 
 def test_config_env_overrides_and_empty_value_removes() -> None:
@@ -89,6 +105,7 @@ def test_gpu_platform_has_no_cpu_settings() -> None:
     assert not any(key.startswith("VLLM_CPU_") for key in env)
     assert "VLLM_TARGET_DEVICE" not in env
     assert "PYTHONPATH" not in env
+    assert NIXL_PROGRESS_DELAY_ENV not in env  # GPU engines run NIXL as shipped
     assert env["VLLM_USE_V2_MODEL_RUNNER"] == "1"
 
 
