@@ -54,9 +54,19 @@ def apply_expectation(cell: Cell, checks: list[CheckResult]) -> tuple[Verdict, s
         if expect.failure_class and observed != expect.failure_class:
             return "fail", f"startup failed as {observed or 'unclassified'}, expected {expect.failure_class}"
         return "expected-fail", f"{expect.reason} (classified {observed or 'unclassified'})"
-    if failed:
-        return "expected-fail", f"{expect.reason} ({reason})"
-    return "unexpected-pass", f"expected a check failure did not happen ({expect.reason})"
+    if expect.failing_checks is None:
+        if failed:
+            return "expected-fail", f"{expect.reason} ({reason})"
+        return "unexpected-pass", f"expected a check failure did not happen ({expect.reason})"
+    expected = set(expect.failing_checks)
+    others = [c for c in failed if c.name not in expected]
+    if others:  # a failure the expectation does not cover is never masked
+        return worst([c.verdict for c in others]), "; ".join(f"{c.name}: {c.summary}" for c in others)
+    failed_names = {c.name for c in failed}
+    not_failing = [name for name in expect.failing_checks if name not in failed_names]
+    if not_failing:
+        return "unexpected-pass", f"{', '.join(not_failing)} did not fail as expected ({expect.reason})"
+    return "expected-fail", f"{expect.reason} ({reason})"
 
 
 def _error_result(name: str, exc: BaseException) -> CheckResult:

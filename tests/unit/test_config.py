@@ -78,6 +78,8 @@ BAD_INPUTS: list[tuple[str, object, str, str]] = [
     ("models", [], "models", "at least 1"),
     ("baseline_image", "missing", "baseline_image", "unknown image"),
     ("matrix.include.0.backend", "NOPE", "matrix.include.0.backend", "unknown backend"),
+    ("matrix.expectations.0.failing_checks", ["parity"], "matrix.expectations.0", "applies to expect: check-fail"),
+    ("matrix.expectations.0.failing_checks", ["speed"], "matrix.expectations.0.failing_checks.0", "'startup'"),
 ]
 
 

@@ -6,14 +6,17 @@ target is exercised by the engine tests under tests/integration.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from canary.checks import base as checks_base
-from canary.config import load_config
+from canary.checks.base import CHECK_ORDER
+from canary.config import CheckName, load_config
 from canary.matrix import Cell, find, plan
 from canary.paths import CONFIGS_DIR
 from canary.results import CheckResult
@@ -80,6 +83,67 @@ def test_no_expectation_takes_the_worst_check() -> None:
     assert cell is not None
     verdict, reason = apply_expectation(cell, [_check("startup", "pass"), _check("accuracy", "fail")])
     assert verdict == "fail" and reason.startswith("accuracy:")
+
+
+def _pd_mismatch_cell(failing_checks: list[str] | None) -> Cell:
+    """cpu-default's p32-d64 cell with a check-fail expectation (the default config's own, or these checks)."""
+    overrides = (
+        []
+        if failing_checks == ["parity", "accuracy"]
+        else [
+            "matrix.expectations="
+            + json.dumps(
+                [
+                    {
+                        "match": {"prefill_block_size": 32, "decode_block_size": 64},
+                        "expect": "check-fail",
+                        "reason": "known",
+                        "failing_checks": failing_checks,
+                    }
+                ]
+            )
+        ]
+    )
+    cells = plan(load_config(CONFIGS_DIR / "cpu-default.yaml", overrides)).cells
+    cell = find(list(cells), "pd.cpu_attn.p32-d64.auto.v1.baseline")
+    assert cell is not None and cell.expect is not None and cell.expect.expect == "check-fail"
+    return cell
+
+
+PASSING = [_check("startup", "pass"), _check("kv_transfer", "pass")]
+
+
+def test_named_failing_checks_that_all_fail_are_expected() -> None:
+    cell = _pd_mismatch_cell(["parity", "accuracy"])
+    checks = [*PASSING, _check("parity", "fail"), _check("accuracy", "fail"), _check("throughput", "pass")]
+    verdict, reason = apply_expectation(cell, checks)
+    assert verdict == "expected-fail" and "parity: parity fail" in reason
+
+
+def test_a_failure_outside_the_named_checks_is_not_masked() -> None:
+    cell = _pd_mismatch_cell(["parity", "accuracy"])
+    checks = [*PASSING, _check("parity", "fail"), _check("accuracy", "fail"), _check("throughput", "fail")]
+    verdict, reason = apply_expectation(cell, checks)
+    assert verdict == "fail" and reason == "throughput: throughput fail"
+
+
+def test_a_named_check_that_passes_is_an_unexpected_pass() -> None:
+    cell = _pd_mismatch_cell(["parity", "accuracy"])
+    checks = [*PASSING, _check("parity", "fail"), _check("accuracy", "pass"), _check("throughput", "pass")]
+    verdict, reason = apply_expectation(cell, checks)
+    assert verdict == "unexpected-pass" and reason.startswith("accuracy did not fail")
+
+
+def test_unnamed_check_fail_expectation_takes_any_failure() -> None:
+    cell = _pd_mismatch_cell(None)
+    verdict, _ = apply_expectation(cell, [*PASSING, _check("throughput", "fail")])
+    assert verdict == "expected-fail"
+    verdict, _ = apply_expectation(cell, PASSING)
+    assert verdict == "unexpected-pass"
+
+
+def test_check_names_in_config_match_the_runner_order() -> None:
+    assert get_args(CheckName) == CHECK_ORDER
 
 
 def _register_temp_checks(monkeypatch: pytest.MonkeyPatch, accuracy_verdict: str) -> None:
