@@ -20,12 +20,13 @@ records its prompt hash so paired comparisons can prove it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -284,14 +285,17 @@ class Gsm8kRunner:
         num_concurrent: int,
         max_gen_toks: int,
         timeout_s: int = 300,
+        log_path: Path | None = None,
     ) -> None:
+        self.log_path = log_path
         if dataset.offline:
             _set_offline()
         self.include_dir = write_task(include_dir, dataset, num_fewshot)
         self.num_fewshot = num_fewshot
         self.max_gen_toks = max_gen_toks
+        # lm-eval warns on every call about settings we pass on purpose; errors still show
         for name in ("lm-eval", "lm_eval", "datasets", "httpx"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+            logging.getLogger(name).setLevel(logging.ERROR)
         from lm_eval.models.openai_completions import LocalCompletionsAPI
         from lm_eval.tasks import TaskManager
 
@@ -307,6 +311,16 @@ class Gsm8kRunner:
             timeout=timeout_s,
         )
 
+    @contextlib.contextmanager
+    def _progress_to_log(self) -> Iterator[None]:
+        """lm-eval's tqdm bars go to `log_path` (appended), not into the canary's progress lines."""
+        if self.log_path is None:
+            yield
+            return
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("a", encoding="utf-8") as log, contextlib.redirect_stderr(log):
+            yield
+
     def test_size(self) -> int:
         """Questions in the test split."""
         task = self._task_manager.load([TASK_NAME])["tasks"][TASK_NAME]
@@ -319,17 +333,18 @@ class Gsm8kRunner:
         from lm_eval import simple_evaluate
 
         try:
-            results = simple_evaluate(
-                model=self._lm,
-                tasks=[TASK_NAME],
-                num_fewshot=self.num_fewshot,
-                samples={TASK_NAME: list(indices)},
-                log_samples=True,
-                task_manager=self._task_manager,
-                gen_kwargs={"temperature": 0.0, "max_gen_toks": self.max_gen_toks},
-                bootstrap_iters=0,
-                verbosity="WARNING",
-            )
+            with self._progress_to_log():
+                results = simple_evaluate(
+                    model=self._lm,
+                    tasks=[TASK_NAME],
+                    num_fewshot=self.num_fewshot,
+                    samples={TASK_NAME: list(indices)},
+                    log_samples=True,
+                    task_manager=self._task_manager,
+                    gen_kwargs={"temperature": 0.0, "max_gen_toks": self.max_gen_toks},
+                    bootstrap_iters=0,
+                    # no `verbosity`: it would install a handler bound to the redirected stderr
+                )
         except Exception as exc:
             raise Gsm8kError(f"lm-eval failed: {type(exc).__name__}: {exc}") from exc
         if not results or "samples" not in results:

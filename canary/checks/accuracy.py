@@ -380,6 +380,7 @@ def accuracy_check(ctx: CheckContext) -> CheckResult:
             num_fewshot=settings.num_fewshot,
             num_concurrent=settings.num_concurrent,
             max_gen_toks=settings.max_gen_toks,
+            log_path=ctx.cell_dir / "logs" / "lm-eval.log",
         )
         if control is not None:
             question_ids = control.order[: settings.limit]

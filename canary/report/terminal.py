@@ -37,20 +37,32 @@ def _grid(section: Section) -> Table:
 
 
 def _cells(run: RunResult) -> Table:
+    """Verdicts: one row per cell, each check's verdict and the reason (cut; summary.md has it whole)."""
     table = Table(title=f"run {run.run_id}: {run.counts()}", title_justify="left")
-    for column in ("cell", "verdict", *CHECKS, *(c.header for c in DETAIL_COLUMNS), "reason"):
-        table.add_column(column, overflow="fold")
+    for column in ("cell", "verdict", *CHECKS):
+        table.add_column(column, no_wrap=True)
+    table.add_column("reason", no_wrap=True, overflow="ellipsis", max_width=100)
     for result in run.cells:
         row: list[RenderableType] = [result.cell.id, _verdict(result.verdict)]
         for name in CHECKS:
             check = result.check(name)
             row.append(_verdict(check.verdict) if check else "-")
-        row += [fmt(number(result, c.check, c.key), c.unit) for c in DETAIL_COLUMNS]
         row.append(result.reason)
         table.add_row(*row)
     return table
 
 
+def _numbers(run: RunResult) -> Table:
+    """The measured numbers per cell (time to ready, load, accuracy, parity, NIXL bytes)."""
+    table = Table(title="numbers", title_justify="left")
+    table.add_column("cell", no_wrap=True)
+    for column in DETAIL_COLUMNS:
+        table.add_column(column.header, justify="right")
+    for result in run.cells:
+        table.add_row(result.cell.id, *(fmt(number(result, c.check, c.key), c.unit) for c in DETAIL_COLUMNS))
+    return table
+
+
 def render_grid(run: RunResult) -> Group:
-    """The matrix grids per image and topology, then the per-cell table."""
-    return Group(*(_grid(section) for section in sections(run)), _cells(run))
+    """The matrix grids per image and topology, then the per-cell verdicts and numbers."""
+    return Group(*(_grid(section) for section in sections(run)), _cells(run), _numbers(run))
