@@ -393,6 +393,14 @@ class LocalTargetConfig(Strict):
     env: dict[str, str] = Field(default_factory=dict, description="Extra env for every engine process.")
     extra_args: list[str] = Field(default_factory=list, description="Extra args for every engine.")
     cpu_kvcache_space_gib: PositiveInt = Field(1, description="VLLM_CPU_KVCACHE_SPACE (CPU only).")
+    nice: int = Field(
+        5,
+        ge=0,
+        le=19,
+        description="Run engines and the router this many nice steps below the canary, so the load client "
+        "sharing their cores is not starved by what it measures (its lag check would mark the cell invalid). "
+        "0: same priority.",
+    )
     nixl_progress_delay_us: PositiveInt | None = Field(
         1000,
         description="CPU only: the least sleep (microseconds) of the NIXL agent's progress thread between "

@@ -316,7 +316,9 @@ class LocalTarget:
         log_path = log_dir / f"{plan.role}.log"
         log_path.write_text(f"# canary: {shlex.join(plan.argv)}\n", encoding="utf-8")
         ports = [int(p) for p in [plan.port, plan.metrics_port, *plan.side_ports] if p is not None]
-        proc = processes.start(plan.role, plan.argv, plan.env, log_path, cwd=REPO_ROOT, ports=ports)
+        proc = processes.start(
+            plan.role, plan.argv, plan.env, log_path, cwd=REPO_ROOT, ports=ports, nice=self.settings.nice
+        )
         started[plan.role] = proc
         metrics_port = plan.metrics_port or plan.port
         deployment.servers[plan.role] = ServerInfo(

@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -131,14 +132,45 @@ def descendants(pid: int) -> set[int]:
 # --------------------------------------------------------------------------- ports
 
 
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PORT = 10000
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for port-0 binds and outgoing connections (Linux default 32768-60999)."""
+    try:
+        low, high = (int(v) for v in EPHEMERAL_RANGE_FILE.read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct ports free right now on host (bound to port 0 together, then released)."""
+    """`count` distinct ports free right now on host, chosen BELOW the kernel's ephemeral range.
+
+    A port the kernel hands out for port 0 can be handed out again to any other socket: an engine
+    once bound its own ephemeral socket to the NIXL side-channel port picked for its partner, whose
+    handshake listener then died with "Address already in use". Ports outside that range are never
+    given out implicitly, so only a process that asks for one by number can take it."""
+    low, high = ephemeral_range()
+    candidates = list(range(LOWEST_PORT, low)) if low - LOWEST_PORT >= 4 * count else []
+    if not candidates:  # an unusual range: take what is above it
+        candidates = list(range(high + 1, 65536))
+    random.SystemRandom().shuffle(candidates)
     sockets: list[socket.socket] = []
     try:
-        for _ in range(count):
+        for port in candidates:
+            if len(sockets) == count:
+                break
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((host, 0))
+            try:
+                sock.bind((host, port))
+            except OSError:
+                sock.close()
+                continue
             sockets.append(sock)
+        if len(sockets) < count:
+            raise CanaryError(f"only {len(sockets)} of {count} free ports outside the ephemeral range on {host}")
         return [s.getsockname()[1] for s in sockets]
     finally:
         for sock in sockets:
@@ -191,19 +223,25 @@ def _install_handlers() -> None:
             signal.signal(signum, _on_signal)
 
 
-def _pdeathsig() -> Callable[[], None] | None:
-    """A preexec_fn that makes the kernel SIGKILL the child when the thread that started it dies."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
+def _preexec(nice: int) -> Callable[[], None] | None:
+    """A preexec_fn: the kernel SIGKILLs the child when the thread that started it dies (Linux);
+    the child runs `nice` steps below the caller's priority. Only syscalls in the child, no locks."""
+    libc = None
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            libc = None
+    if libc is None and not nice:
         return None
 
-    def set_deathsig() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    def in_child() -> None:
+        if libc is not None:
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if nice:
+            os.nice(nice)
 
-    return set_deathsig
+    return in_child
 
 
 # --------------------------------------------------------------------------- start and stop
@@ -217,8 +255,11 @@ def start(
     *,
     cwd: Path | None = None,
     ports: Iterable[int] = (),
+    nice: int = 0,
 ) -> ManagedProcess:
-    """Start argv in a new session with exactly `env`, stdout+stderr appended to log_path."""
+    """Start argv in a new session with exactly `env`, stdout+stderr appended to log_path.
+
+    nice > 0 lowers the child's CPU priority by that many steps (inherited by its children)."""
     _install_handlers()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
@@ -231,7 +272,7 @@ def start(
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_pdeathsig(),  # only prctl in the child; no locks taken
+                preexec_fn=_preexec(nice),
             )
         except OSError as exc:
             raise CanaryError(f"cannot start {role} ({argv[0]}): {exc.strerror or exc}") from None

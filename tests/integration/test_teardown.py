@@ -24,7 +24,7 @@ import pytest
 from canary.paths import REPO_ROOT
 from canary.promtext import scrape, total
 from canary.targets import processes
-from canary.targets.processes import descendants, free_ports, group_members, pid_alive, port_in_use
+from canary.targets.processes import descendants, ephemeral_range, free_ports, group_members, pid_alive, port_in_use
 
 SHELL_ENV = {"PATH": "/usr/bin:/bin"}
 
@@ -82,6 +82,8 @@ def test_free_ports_are_distinct_and_free() -> None:
     ports = free_ports(6)
     assert len(set(ports)) == 6
     assert not any(port_in_use(p) for p in ports)
+    low, high = ephemeral_range()
+    assert not any(low <= p <= high for p in ports)  # never a port the kernel may hand to another socket
 
 
 def test_env_is_exactly_what_was_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -266,3 +268,14 @@ def test_signal_to_the_controller_while_the_engine_starts(
     finally:
         if controller.poll() is None:
             controller.kill()
+
+
+def test_nice_lowers_the_child_priority(tmp_path: Path) -> None:
+    """The local target runs engines below the canary's priority (target.local.nice)."""
+    proc = processes.start("niced", ["sleep", "300"], SHELL_ENV, tmp_path / "n.log", nice=5)
+    try:
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, proc.pid) == min(mine + 5, 19)
+    finally:
+        processes.stop([proc])
+    assert not pid_alive(proc.pid)
