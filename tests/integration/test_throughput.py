@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from canary.load.stats import Sample, percentile
 from canary.load.workload import WorkloadSpec
 from canary.matrix import Cell
 from canary.targets.base import Deployment
+from canary.targets.processes import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 TTFT_S, ITL_S = 0.1, 0.02
@@ -207,9 +207,7 @@ def test_distributed_two_workers(scripted: ScriptedServer, tmp_path: Path) -> No
 
 def test_master_with_workers_started_elsewhere(scripted: ScriptedServer, tmp_path: Path) -> None:
     """The multi-machine recipe: workers started on their own (here: this machine) join the master."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_ports(1)[0]  # below the ephemeral range: no other socket gets it by chance
     worker_cmd = [sys.executable, "-m", "canary.load.run", "--worker", "--master-host", "127.0.0.1",
                   "--master-port", str(port)]  # fmt: skip
     workers = [subprocess.Popen(worker_cmd, start_new_session=True) for _ in range(2)]
