@@ -36,6 +36,11 @@ class Signature(BaseModel):
     priority: int = Field(description="Higher wins when several signatures match.")
     patterns: list[str] = Field(min_length=1, description="Regular expressions, matched per log line.")
     hint: str = Field("", description="What it usually means and what to do.")
+    fatal: bool = Field(
+        False,
+        description="A match means the server can never become ready even though its process lives on "
+        "(a thread it needs has died): the local target stops waiting at once instead of at the deadline.",
+    )
 
     @field_validator("patterns")
     @classmethod
@@ -172,3 +177,32 @@ def classify(texts: Mapping[str, str], catalog: SignatureCatalog | None = None) 
     matches.sort(key=lambda m: (-m.signature.priority, order[m.signature.id], sources.index(m.source), m.line_number))
     matched = list(dict.fromkeys(m.signature.id for m in matches))
     return Classification(best=matches[0], matched=matched)
+
+
+class LogWatch:
+    """Reads a growing log incrementally and reports the first line matching a fatal signature."""
+
+    def __init__(self, path: Path, catalog: SignatureCatalog | None = None) -> None:
+        self.path = path
+        self.fatal = [sig for sig in (catalog or load_signatures()).signatures if sig.fatal]
+        self._offset = 0
+        self._partial = ""
+
+    def poll(self) -> tuple[Signature, str] | None:
+        """The first fatal signature in the lines written since the last poll, with its line."""
+        if not self.fatal:
+            return None
+        try:
+            with self.path.open("r", encoding="utf-8", errors="replace") as log:
+                log.seek(self._offset)
+                chunk = log.read()
+                self._offset = log.tell()
+        except OSError:
+            return None
+        lines = (self._partial + chunk).split("\n")
+        self._partial = lines.pop()  # an unfinished last line waits for its end
+        for line in lines:
+            for signature in self.fatal:
+                if signature.search(line):
+                    return signature, _cut(line)
+        return None

@@ -32,6 +32,7 @@ from canary.engine_env import EngineRole, cpu_binds, engine_env, router_env
 from canary.errors import CanaryError
 from canary.matrix import Cell
 from canary.paths import CACHE_DIR, REPO_ROOT
+from canary.signatures import LogWatch
 from canary.targets import processes
 from canary.targets.base import Deployment, ServerInfo
 from canary.targets.readiness import probe, wait_ready
@@ -376,10 +377,18 @@ class LocalTarget:
     ) -> str | None:
         """Poll every engine until all are ready; the first death or the deadline ends the wait."""
         pending = dict(started)
+        watches = {role: LogWatch(proc.log_path) for role, proc in started.items()}
         while pending:
             for role, proc in list(pending.items()):
                 if not proc.alive():
                     return self._not_ready(role, proc, "process exited", 0.0)
+                fatal = watches[role].poll()
+                if fatal is not None:
+                    signature, line = fatal
+                    return (
+                        f"{role} cannot become ready after {proc.elapsed():.1f} s: {signature.title} "
+                        f"(its process lives on; log: {line.strip()})"
+                    )
                 result = probe(deployment.servers[role].base_url, deployment.served_model)
                 if result.ready:
                     deployment.servers[role].ready_seconds = round(proc.elapsed(), 3)

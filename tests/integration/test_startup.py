@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -109,6 +110,35 @@ def test_startup_timeout_is_classified_and_cleaned_up(tiny_model: Path, tmp_path
         result = run_startup(config, deployment, tmp_path)
     assert result.evidence["failure_class"] == "startup-timeout"
     assert "startup timeout" in result.evidence["failure"]
+
+
+STAND_IN_DEAD_LISTENER = """\
+import sys, time
+# STAND-IN engine: prints what a real prefill printed when its NIXL handshake listener died, then
+# lives on without ever answering /health, as that prefill did.
+print("(EngineCore pid=1) INFO Initializing NIXL Scheduler", flush=True)
+print("Exception in thread nixl_handshake_listener:", flush=True)
+print("zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:47083')", flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.own_engines
+def test_a_fatal_log_line_ends_the_wait_before_the_deadline(tmp_path: Path, engine_cells: Any) -> None:
+    """A live process whose log shows a fatal signature is failed at once, not after timeout_s."""
+    stand_in = tmp_path / "dead_listener_engine.py"
+    stand_in.write_text(STAND_IN_DEAD_LISTENER)
+    overrides = (f"target.local.engine_python={sys.executable}", f"target.local.entrypoint=[{stand_in}]")
+    started = time.monotonic()
+    with engine_cells.start(tmp_path / "cell", overrides=overrides) as (config, deployment):
+        assert not deployment.started
+        assert time.monotonic() - started < 60  # the deadline is ENGINE_TIMEOUT_S
+        assert deployment.failure is not None and "cannot become ready" in deployment.failure
+        assert "The NIXL handshake listener thread died" in deployment.failure
+        result = run_startup(config, deployment, tmp_path)
+    assert_all_stopped(deployment)
+    assert result.verdict == "fail"
+    assert result.evidence["failure_class"] == "nixl-handshake-listener-died"
 
 
 def test_aggregated_cell_passes_with_live_config(agg_deployment: Deployment, tmp_path: Path, engine_cells: Any) -> None:

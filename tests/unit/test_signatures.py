@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from canary.errors import ConfigError
-from canary.signatures import classify, load_signatures
+from canary.signatures import LogWatch, classify, load_signatures
 
 EC = "(EngineCore pid=11571) ERROR 11-29 20:21:34 [core.py:1510] "
 EC_GPU = "(EngineCore_DP0 pid=2211) ERROR 11-29 10:02:11 [core.py:1510] "
@@ -95,6 +95,16 @@ Fatal Python error: Illegal instruction
 Thread 0x00007f24868fe6c0 (most recent call first):
 """
 
+# captured: prefill of a P/D pair whose side-channel port another engine's socket had taken
+HANDSHAKE_LISTENER_DIED = """\
+(EngineCore pid=1313) INFO 11-30 00:27:17 [base_scheduler.py:109] Initializing NIXL Scheduler 84e6634d
+Exception in thread nixl_handshake_listener:
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/vllm/distributed/nixl_utils.py", line 402, in make_zmq_socket
+    socket.bind(path)
+zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:47083')
+"""
+
 TIMEOUT_FAILURE = (
     "prefill not ready after 300 s (startup timeout; last probe: not reachable: [Errno 111] Connection refused)"
 )
@@ -110,6 +120,7 @@ CASES = {
     "illegal-instruction": ILLEGAL_INSTRUCTION,
     "engine-init-failed": "Process EngineCore:\n" + ENGINE_INIT_TAIL,
     "startup-timeout": TIMEOUT_FAILURE,
+    "nixl-handshake-listener-died": HANDSHAKE_LISTENER_DIED,
 }
 
 
@@ -200,3 +211,23 @@ def test_catalog_errors_name_the_file(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="duplicate signature ids"):
         load_signatures(dup)
+
+
+def test_log_watch_reports_a_fatal_line_once_it_is_complete(tmp_path: Path) -> None:
+    log = tmp_path / "prefill.log"
+    log.write_text("INFO starting\nException in thread nixl_hand")  # the line is still being written
+    watch = LogWatch(log)
+    assert watch.poll() is None
+    with log.open("a") as out:
+        out.write("shake_listener:\nTraceback (most recent call last):\n")
+    found = watch.poll()
+    assert found is not None and found[0].id == "nixl-handshake-listener-died"
+    assert found[1] == "Exception in thread nixl_handshake_listener:"
+    assert watch.poll() is None  # read incrementally: an old line is not reported twice
+
+
+def test_log_watch_ignores_non_fatal_signatures_and_missing_files(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_text(NO_COMMON_BLOCK)  # the process exits by itself: not a reason to stop waiting
+    assert LogWatch(log).poll() is None
+    assert LogWatch(tmp_path / "not-yet.log").poll() is None
