@@ -1,4 +1,4 @@
-"""canary/targets/engine_site: the NIXL progress-thread floor, in the real engine venv and a real P/D pair.
+"""The real engine venv: the overlay probe; engine_site's NIXL progress-thread floor, alone and in a P/D pair.
 
 nixl 1.5.1 hard-codes the progress thread's sleep to 0 (a busy loop, one core per engine); the
 engine site floors it when CANARY_NIXL_PROGRESS_DELAY_US is set. Without it an idle P/D pair of
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from canary import overlay
 from canary.engine_env import ENGINE_SITE_DIR, NIXL_PROGRESS_DELAY_ENV
 from canary.paths import DEFAULT_ENGINE_PYTHON
 from canary.targets.base import Deployment
@@ -38,6 +39,14 @@ def _probe(delay: str | None) -> list[str]:
         [str(DEFAULT_ENGINE_PYTHON), "-c", PROBE], env=env, capture_output=True, text=True, timeout=120, check=True
     )
     return [line.split(None, 1)[1] for line in done.stdout.splitlines() if line.startswith("probe: ")]  # NIXL logs too
+
+
+def test_overlay_probe_finds_the_engine_package_without_importing_it() -> None:
+    """canary.overlay against the real engine venv (the unit tests cover its error paths)."""
+    engine = overlay.probe_engine(DEFAULT_ENGINE_PYTHON)
+    assert (engine.package_dir / "__init__.py").is_file()
+    assert engine.package_dir.name == "vllm" and "site-packages" in str(engine.package_dir)
+    assert engine.version.startswith("vllm")
 
 
 def test_progress_delay_is_floored_and_the_agent_still_starts() -> None:

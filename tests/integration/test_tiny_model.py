@@ -16,7 +16,12 @@ import pytest
 from canary.model.params import MANIFEST_NAME
 from canary.paths import DEFAULT_ENGINE_PYTHON, REPO_ROOT
 
-pytestmark = pytest.mark.skipif(not DEFAULT_ENGINE_PYTHON.exists(), reason="engine venv not installed")
+
+@pytest.fixture(autouse=True, scope="module")
+def _engine_venv() -> None:
+    """Every test here runs the builder in the engine venv, which `make test` installs first."""
+    assert DEFAULT_ENGINE_PYTHON.exists(), "no .venv-engine: run `make engine-venv` (make test does)"
+
 
 SMOKE_STEPS = "3"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

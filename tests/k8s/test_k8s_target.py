@@ -13,8 +13,11 @@ import pytest
 import yaml
 from kmock_cluster import KmockCluster, kmock_cluster
 
+from canary.checks.base import CheckContext
+from canary.checks.startup import startup_check
 from canary.config import CanaryConfig, validate_config
 from canary.matrix import Cell, plan
+from canary.signatures import classify
 from canary.targets.kubernetes import KubernetesTarget, KubernetesTargetError
 
 NAMESPACE = "gpu"
@@ -359,7 +362,6 @@ def test_the_startup_classifier_names_the_failure_from_kubernetes_logs(
 ) -> None:
     """End to end with the signature catalog: the previous log of the crash-looping decode is
     classified as the KV-view overrun, not as the generic engine-init wrapper."""
-    signatures = pytest.importorskip("canary.signatures", reason="the signature catalog module has not landed")
     cell = cells["pd"]
     decode_pod = f"{cell.k8s_name}-decode-5c4b-fghij"
     deploy_pd(cluster, cell, decode=pod(decode_pod, cell, "decode", restarts=2,
@@ -368,7 +370,7 @@ def test_the_startup_classifier_names_the_failure_from_kubernetes_logs(
     cluster.log(NAMESPACE, decode_pod, "vllm",
                 f"ERROR Engine core initialization failed. See root cause above.\n{OVERRUN}\n", previous=True)
     found = target_for(cluster).discover([cell])[cell.id]
-    verdict = signatures.classify(found.logs)
+    verdict = classify(found.logs)
     assert verdict.failure_class == "kv-view-overrun"
     assert verdict.best.source == "decode"
 
@@ -377,8 +379,6 @@ def test_the_startup_check_fails_a_crash_looping_kubernetes_cell_with_its_signat
     cluster: KmockCluster, cells: dict[str, Cell], tmp_path: Path
 ) -> None:
     """The runner's path: KubernetesTarget.deploy -> the startup check -> verdict and failure class."""
-    startup = pytest.importorskip("canary.checks.startup", reason="the startup check has not landed")
-    from canary.checks.base import CheckContext
 
     cell = cells["pd"]
     decode_pod = f"{cell.k8s_name}-decode-5c4b-fghij"
@@ -390,7 +390,7 @@ def test_the_startup_check_fails_a_crash_looping_kubernetes_cell_with_its_signat
     target = target_for(cluster)
     with target.deploy(cell, tmp_path / "logs") as deployment:
         ctx = CheckContext(cell=cell, deployment=deployment, config=target.config, cell_dir=tmp_path)
-        result = startup.startup_check(ctx)
+        result = startup_check(ctx)
     assert result.verdict == "fail"
     assert result.evidence["failure_class"] == "kv-view-overrun"
     assert "decode" in result.summary

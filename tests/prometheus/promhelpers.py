@@ -36,7 +36,7 @@ def binary(env: str, default: str) -> str:
     """A Prometheus binary: $ENV (set by mk/prometheus.mk), else PATH, else the Debian path."""
     path = os.environ.get(env) or shutil.which(Path(default).name) or default
     if not Path(path).exists():
-        pytest.skip(f"{path} not installed: run `make prometheus-tools` (Debian prometheus packages)")
+        pytest.fail(f"{path} not installed: run `make prometheus-tools` (Debian prometheus packages)")
     return path
 
 
