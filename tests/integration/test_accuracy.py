@@ -15,24 +15,18 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
-import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
+from checkhelpers import StandInPdRouter, check_context, served_cell_config, stand_in_router
 
 from canary.checks import accuracy, parity
-from canary.checks.base import CheckContext
-from canary.config import CanaryConfig, validate_config
+from canary.config import CanaryConfig
 from canary.paths import REPO_ROOT
 from canary.results import CellResult, CheckResult
 from canary.targets.base import Deployment
@@ -45,32 +39,11 @@ BATCH = 25
 
 def make_config(deployment: Deployment, tiny_model: Path) -> CanaryConfig:
     """A config for the shared deployments' model (the tiny model's directory as its source)."""
-    cell = deployment.cell
-    return validate_config(
-        {
-            "name": "integration-accuracy",
-            "platform": "cpu",
-            "models": [{"name": cell.model, "source": str(tiny_model)}],
-            "images": {cell.image: {"ref": cell.image_ref}},
-            "matrix": {
-                "attention_backends": [cell.backend],
-                "prefill_block_sizes": [cell.prefill_block_size],
-                "decode_block_sizes": [cell.decode_block_size],
-            },
-            "checks": {
-                "accuracy": {"limit": FULL_LIMIT, "batch_size": BATCH, "num_concurrent": 4},
-                "parity": {"max_tokens": 16},
-            },
-        },
-        "test_accuracy.py",
-    )
-
-
-def _context(
-    deployment: Deployment, config: CanaryConfig, cell_dir: Path, earlier: dict[str, CellResult]
-) -> CheckContext:
-    cell_dir.mkdir(parents=True, exist_ok=True)
-    return CheckContext(cell=deployment.cell, deployment=deployment, config=config, cell_dir=cell_dir, earlier=earlier)
+    checks = {
+        "accuracy": {"limit": FULL_LIMIT, "batch_size": BATCH, "num_concurrent": 4},
+        "parity": {"max_tokens": 16},
+    }
+    return served_cell_config(deployment, tiny_model, "integration-accuracy", checks)
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +56,7 @@ def control(
     agg_deployment: Deployment, canary_config: CanaryConfig, tmp_path_factory: pytest.TempPathFactory
 ) -> CellResult:
     """The aggregated control as the runner would record it: startup, parity, accuracy."""
-    ctx = _context(agg_deployment, canary_config, tmp_path_factory.mktemp("agg"), {})
+    ctx = check_context(agg_deployment, canary_config, tmp_path_factory.mktemp("agg"), {})
     checks = [CheckResult(name="startup", verdict="pass", summary="shared fixture started")]
     for check in (parity.parity_check, accuracy.accuracy_check):
         started = time.monotonic()
@@ -98,21 +71,22 @@ def build_untrained_model(out: Path) -> Path:
     engine_python = REPO_ROOT / ".venv-engine" / "bin" / "python"
     subprocess.run(
         [str(engine_python), "-m", "canary.model.build", "--out", str(out), "--steps", "0"],
-        cwd=REPO_ROOT, check=True, timeout=1800, stdout=subprocess.DEVNULL,
+        cwd=REPO_ROOT,
+        check=True,
+        timeout=1800,
+        stdout=subprocess.DEVNULL,
     )
     assert (out / "model.safetensors").is_file()
     return out
 
 
 @pytest.mark.own_engines
-def test_untrained_model_cell_fails_at_the_first_look(
-    engine_cells: Any, tiny_model: Path, tmp_path: Path
-) -> None:
+def test_untrained_model_cell_fails_at_the_first_look(engine_cells: Any, tiny_model: Path, tmp_path: Path) -> None:
     untrained = build_untrained_model(tmp_path / "untrained")
     with engine_cells.start(tmp_path / "logs", overrides=(f"models.0.source={untrained}",)) as (_, deployment):
         engine_cells.require_started(deployment)
         config = make_config(deployment, tiny_model)  # judged against the TRAINED model's held-out accuracy
-        ctx = _context(deployment, config, tmp_path / "cell", {})
+        ctx = check_context(deployment, config, tmp_path / "cell", {})
         started = time.monotonic()
         result = accuracy.accuracy_check(ctx)
         seconds = time.monotonic() - started
@@ -120,8 +94,10 @@ def test_untrained_model_cell_fails_at_the_first_look(
     assert result.evidence["stopped_early"] is True
     assert result.metrics["questions"] == BATCH < result.metrics["questions_planned"] == FULL_LIMIT
     assert result.metrics["accuracy"] < 0.1
-    print(f"\nuntrained-model cell: failed after {result.metrics['questions']:.0f}/{FULL_LIMIT} questions"
-          f" in {seconds:.1f}s; {result.summary}")
+    print(
+        f"\nuntrained-model cell: failed after {result.metrics['questions']:.0f}/{FULL_LIMIT} questions"
+        f" in {seconds:.1f}s; {result.summary}"
+    )
 
 
 def test_control_accuracy_clears_the_heldout_gate(control: CellResult) -> None:
@@ -149,7 +125,7 @@ def test_control_records_parity_outputs(control: CellResult) -> None:
 def test_pd_parity_is_token_exact_on_cpu(
     pd_deployment: Deployment, control: CellResult, canary_config: CanaryConfig, tmp_path: Path
 ) -> None:
-    ctx = _context(pd_deployment, canary_config, tmp_path, {control.cell.id: control})
+    ctx = check_context(pd_deployment, canary_config, tmp_path, {control.cell.id: control})
     result = parity.parity_check(ctx)
     assert result.verdict == "pass", result.summary
     assert result.metrics["parity_match_rate"] == 1.0
@@ -160,7 +136,7 @@ def test_pd_parity_is_token_exact_on_cpu(
 def test_pd_accuracy_pairs_with_the_control(
     pd_deployment: Deployment, control: CellResult, canary_config: CanaryConfig, tmp_path: Path
 ) -> None:
-    ctx = _context(pd_deployment, canary_config, tmp_path, {control.cell.id: control})
+    ctx = check_context(pd_deployment, canary_config, tmp_path, {control.cell.id: control})
     result = accuracy.accuracy_check(ctx)
     assert result.verdict == "pass", result.summary
     assert result.evidence["prompt_mismatches"] == 0
@@ -171,53 +147,22 @@ def test_pd_accuracy_pairs_with_the_control(
     assert result.metrics["mcnemar_p_value"] == 1.0
 
 
-class BlockScrambleProxy(BaseHTTPRequestHandler):
+class BlockScrambleProxy(StandInPdRouter):
     """STAND-IN P/D router that gives decode the prefill's KV block ids in reverse order.
 
-    Like vllm-router it sends the request to prefill (max_tokens=1, do_remote_decode) and copies
-    the returned kv_transfer_params into the decode request, but it reverses every list of
-    remote_block_ids first: decode pulls real KV, from the wrong blocks.
+    Like vllm-router it sends the request to prefill and copies the returned kv_transfer_params
+    into the decode request, but it reverses every list of remote_block_ids first: decode pulls
+    real KV, from the wrong blocks.
     """
 
-    prefill_url: ClassVar[str] = ""
-    decode_url: ClassVar[str] = ""
-
-    def _forward(self, url: str, body: bytes | None, method: str) -> tuple[int, bytes]:
-        request = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=600) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
-
-    def _reply(self, status: int, payload: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        if self.path.startswith("/v1/completions"):
-            request: dict[str, Any] = json.loads(body)
-            prefill = copy.deepcopy(request)
-            prefill.update({"max_tokens": 1, "stream": False, "kv_transfer_params": {"do_remote_decode": True}})
-            status, payload = self._forward(self.prefill_url + self.path, json.dumps(prefill).encode(), "POST")
-            if status != 200:
-                self._reply(status, payload)
-                return
-            params = json.loads(payload).get("kv_transfer_params") or {}
-            params["remote_block_ids"] = _reverse_innermost(params.get("remote_block_ids", []))
-            request["kv_transfer_params"] = params
-            body = json.dumps(request).encode()
-        self._reply(*self._forward(self.decode_url + self.path, body, "POST"))
-
-    def do_GET(self) -> None:
-        self._reply(*self._forward(self.decode_url + self.path, None, "GET"))
-
-    def log_message(self, *args: Any) -> None:
-        pass
+    def decode_request(self, request: dict[str, Any]) -> dict[str, Any] | tuple[int, bytes]:
+        status, payload = self.prefill(request)
+        if status != 200:
+            return status, payload
+        params = json.loads(payload).get("kv_transfer_params") or {}
+        params["remote_block_ids"] = _reverse_innermost(params.get("remote_block_ids", []))
+        request["kv_transfer_params"] = params
+        return request
 
 
 def _reverse_innermost(value: Any) -> Any:
@@ -230,16 +175,8 @@ def _reverse_innermost(value: Any) -> Any:
 
 @pytest.fixture()
 def scrambled_pd(pd_deployment: Deployment) -> Iterator[Deployment]:
-    prefill, decode = pd_deployment.server("prefill"), pd_deployment.server("decode")
-    assert prefill is not None and decode is not None
-    handler = type("Proxy", (BlockScrambleProxy,), {"prefill_url": prefill.base_url, "decode_url": decode.base_url})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield replace(pd_deployment, base_url=f"http://127.0.0.1:{server.server_address[1]}")
-    finally:
-        server.shutdown()
-        server.server_close()
+    with stand_in_router(pd_deployment, BlockScrambleProxy) as deployment:
+        yield deployment
 
 
 def test_collapsed_pd_cell_fails_at_the_first_look(
@@ -249,7 +186,7 @@ def test_collapsed_pd_cell_fails_at_the_first_look(
     # prompt locally and only the uncached tail would come scrambled over NIXL); so no pairing.
     config = canary_config.model_copy(deep=True)
     config.checks.accuracy.offset = 400
-    ctx = _context(scrambled_pd, config, tmp_path, {})
+    ctx = check_context(scrambled_pd, config, tmp_path, {})
     started = time.monotonic()
     result = accuracy.accuracy_check(ctx)
     seconds = time.monotonic() - started
