@@ -38,7 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from canary.checks.base import CHECK_ORDER
-from canary.config import CanaryConfig, ImageSpec, Topology, load_config
+from canary.config import CanaryConfig, CheckName, ImageSpec, Topology, load_config
 from canary.errors import CanaryError, ConfigError
 from canary.matrix import plan
 from canary.paths import CONFIGS_DIR, REPO_ROOT
@@ -47,7 +47,6 @@ from canary.results import FAILING_VERDICTS, RunResult, utc_now
 DEFAULT_CONFIG = CONFIGS_DIR / "selftest.yaml"
 FAULTS_FILE = REPO_ROOT / "tests" / "faults" / "faults.yaml"
 DEFAULT_CLEAN_RUNS = 3
-CheckName = Literal["startup", "parity", "accuracy", "throughput", "kv_transfer"]
 
 
 class _Strict(BaseModel):

@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, get_args
 
-from canary.config import CanaryConfig
+from canary.config import CanaryConfig, CheckName
 from canary.matrix import Cell
 from canary.results import CellResult, CheckResult
 from canary.targets.base import Deployment
 
-CHECK_ORDER = ("startup", "parity", "accuracy", "throughput", "kv_transfer")
+CHECK_ORDER: tuple[str, ...] = get_args(CheckName)  # the order is the Literal's
 
 
 @dataclass

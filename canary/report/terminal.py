@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from canary.config import CheckName
 from canary.report.grid import DETAIL_COLUMNS, VERDICT_RICH_STYLE, Section, fmt, number, sections
 from canary.results import RunResult
 
-CHECKS = ("startup", "parity", "accuracy", "throughput", "kv_transfer")
+CHECKS: tuple[str, ...] = get_args(CheckName)
 
 
 def _verdict(verdict: str) -> Text:
