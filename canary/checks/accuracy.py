@@ -127,7 +127,9 @@ class ControlAnswers:
 
 def per_question_evidence(questions: Sequence[QuestionResult]) -> list[list[Any]]:
     """Compact per-question rows kept in the evidence: [doc_id, flexible ok, strict ok, prompt hash]."""
-    return [[q.doc_id, int(q.flexible_correct), int(q.strict_correct), q.prompt_hash[:HASH_CHARS]] for q in questions]
+    return [
+        [q.doc_id, int(q.flexible_correct), int(q.strict_correct), q.prompt_hash[:HASH_CHARS]] for q in questions
+    ]
 
 
 def control_answers(ctx: CheckContext) -> tuple[ControlAnswers | None, str]:
@@ -259,7 +261,9 @@ def order_buckets(questions: Sequence[QuestionResult], buckets: int) -> list[flo
     if count == 0:
         return []
     edges = [round(i * n / count) for i in range(count + 1)]
-    return [sum(q.flexible_correct for q in questions[lo:hi]) / (hi - lo) for lo, hi in itertools.pairwise(edges)]
+    return [
+        sum(q.flexible_correct for q in questions[lo:hi]) / (hi - lo) for lo, hi in itertools.pairwise(edges)
+    ]
 
 
 def build_result(

@@ -65,7 +65,9 @@ def read_counters(samples: list[promtext.Sample]) -> KvCounters:
         failed_transfers=promtext.total(samples, "vllm:nixl_num_failed_transfers"),
         prompt_tokens=promtext.total(samples, "vllm:prompt_tokens"),
         prompt_tokens_local_compute=promtext.total(samples, "vllm:prompt_tokens_by_source", source="local_compute"),
-        prompt_tokens_external=promtext.total(samples, "vllm:prompt_tokens_by_source", source="external_kv_transfer"),
+        prompt_tokens_external=promtext.total(
+            samples, "vllm:prompt_tokens_by_source", source="external_kv_transfer"
+        ),
         prompt_tokens_cache_hit=promtext.total(samples, "vllm:prompt_tokens_by_source", source="local_cache_hit"),
         requests=promtext.total(samples, "vllm:request_success"),
     )

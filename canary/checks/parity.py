@@ -65,7 +65,9 @@ def prompt_lengths(config: CanaryConfig) -> list[int]:
 
 
 def _post(url: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             data = json.loads(response.read())
@@ -232,9 +234,7 @@ def parity_check(ctx: CheckContext) -> CheckResult:
     evidence.update({"reference": source, "per_prompt": result.per_prompt})
     if result.compared == 0:
         return CheckResult(
-            name="parity",
-            verdict="error",
-            summary=f"no prompt in common with the reference ({source})",
+            name="parity", verdict="error", summary=f"no prompt in common with the reference ({source})",
             evidence=evidence,
         )
     first_diff = settings.max_tokens if result.first_diff_min is None else result.first_diff_min

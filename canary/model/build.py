@@ -139,7 +139,10 @@ def encode_with_mask(
     """Token ids (with ``<s>``) and, per token, whether its first character lies in a span."""
     encoding = tokenizer(text, return_offsets_mapping=True)
     ids: list[int] = encoding["input_ids"]
-    learn = [end > start and any(lo <= start < hi for lo, hi in spans) for start, end in encoding["offset_mapping"]]
+    learn = [
+        end > start and any(lo <= start < hi for lo, hi in spans)
+        for start, end in encoding["offset_mapping"]
+    ]
     return ids, learn
 
 
@@ -181,7 +184,8 @@ def make_batch(
     params: TrainParams,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(input_ids, attention_mask, labels)``, right-padded; unlearned positions are -100."""
-    rows = [encode_with_mask(tokenizer, *sample_sequence(rng, train, params)) for _ in range(params.batch_size)]
+    rows = [encode_with_mask(tokenizer, *sample_sequence(rng, train, params))
+            for _ in range(params.batch_size)]
     width = max(len(ids) for ids, _ in rows)
     pad_id = tokenizer.pad_token_id
     input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
@@ -212,9 +216,7 @@ def train_model(
     """Run the fixed schedule; return the loss every 25 steps."""
     rng = random.Random(seed)
     optimizer = torch.optim.AdamW(
-        model.parameters(),
-        lr=params.learning_rate,
-        betas=(0.9, 0.95),
+        model.parameters(), lr=params.learning_rate, betas=(0.9, 0.95),
         weight_decay=params.weight_decay,
     )
     model.train()
@@ -297,17 +299,21 @@ def save_tokenizer(out: Path, tokenizer: PreTrainedTokenizerFast) -> None:
     tokenizer.save_pretrained(out)
     config_path = out / "tokenizer_config.json"
     config = json.loads(config_path.read_text(encoding="utf-8"))
-    config.update(
-        tokenizer_class="PreTrainedTokenizerFast", chat_template=CHAT_TEMPLATE, add_bos_token=True, add_eos_token=False
-    )
+    config.update(tokenizer_class="PreTrainedTokenizerFast", chat_template=CHAT_TEMPLATE,
+                  add_bos_token=True, add_eos_token=False)
     config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    special = {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD, "additional_special_tokens": [IM_START, IM_END]}
-    (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n", encoding="utf-8")
+    special = {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD,
+               "additional_special_tokens": [IM_START, IM_END]}
+    (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n",
+                                                 encoding="utf-8")
 
 
-def save_checkpoint(out: Path, model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast) -> None:
+def save_checkpoint(
+    out: Path, model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast
+) -> None:
     """Weights (safetensors), config, generation config and tokenizer files."""
-    model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids(IM_END)]
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id,
+                                            tokenizer.convert_tokens_to_ids(IM_END)]
     model.generation_config.bos_token_id = tokenizer.bos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out, safe_serialization=True)
@@ -317,7 +323,8 @@ def save_checkpoint(out: Path, model: LlamaForCausalLM, tokenizer: PreTrainedTok
 def write_manifest(out: Path, facts: dict[str, Any]) -> None:
     """Write the manifest last: its presence marks a complete model directory."""
     facts["files_sha256"] = {
-        path.relative_to(out).as_posix(): sha256_file(path) for path in sorted(out.rglob("*")) if path.is_file()
+        path.relative_to(out).as_posix(): sha256_file(path)
+        for path in sorted(out.rglob("*")) if path.is_file()
     }
     (out / MANIFEST_NAME).write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
 
@@ -340,7 +347,8 @@ def build(out: Path, params: BuildParams) -> dict[str, Any]:
     model = to_serving_dtype(model)
 
     eval_items = test[: params.eval_size]
-    accuracy = heldout_exact_match(model, tokenizer, train, eval_items, params.eval_shots, params.seed)
+    accuracy = heldout_exact_match(model, tokenizer, train, eval_items, params.eval_shots,
+                                   params.seed)
     log(f"held-out greedy exact match: {accuracy:.3f} on {len(eval_items)}")
 
     save_checkpoint(out, model, tokenizer)
@@ -355,7 +363,7 @@ def build(out: Path, params: BuildParams) -> dict[str, Any]:
         "losses_every_25_steps": losses,
         "heldout": {
             "metric": "teacher-forced greedy exact match of the whole answer, "
-            f"{params.eval_shots}-shot, first {len(eval_items)} test items",
+                      f"{params.eval_shots}-shot, first {len(eval_items)} test items",
             "n": len(eval_items),
             "accuracy": accuracy,
         },
@@ -422,15 +430,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     where.add_argument("--out", type=Path, help="build into this directory (must not exist)")
     where.add_argument("--out-root", type=Path, help="cache root: build into ROOT/<key>/")
     parser.add_argument("--seed", type=int, default=0, help="seed for data, init and batches")
-    parser.add_argument(
-        "--steps", type=int, default=TrainParams.steps, help="training steps (fewer for quick smoke builds)"
-    )
-    parser.add_argument(
-        "--link", metavar="NAME", help="with --out-root: also point ROOT/NAME at the build (builtin:NAME in configs)"
-    )
-    parser.add_argument(
-        "--print-path", action="store_true", help="with --out-root: print the cached model's path, build nothing"
-    )
+    parser.add_argument("--steps", type=int, default=TrainParams.steps,
+                        help="training steps (fewer for quick smoke builds)")
+    parser.add_argument("--link", metavar="NAME",
+                        help="with --out-root: also point ROOT/NAME at the build (builtin:NAME in configs)")
+    parser.add_argument("--print-path", action="store_true",
+                        help="with --out-root: print the cached model's path, build nothing")
     return parser.parse_args(argv)
 
 

@@ -28,40 +28,12 @@ OPERATIONS: dict[str, Operation] = {"+": "+", "-": "-", "*": "*"}
 """Operation symbols as they appear in answers."""
 
 NAMES: tuple[str, ...] = (
-    "Tom",
-    "Anna",
-    "Ben",
-    "Mia",
-    "Sam",
-    "Lily",
-    "Max",
-    "Emma",
-    "Leo",
-    "Zoe",
-    "Jack",
-    "Ella",
-    "Noah",
-    "Ruby",
-    "Omar",
-    "Sara",
+    "Tom", "Anna", "Ben", "Mia", "Sam", "Lily", "Max", "Emma",
+    "Leo", "Zoe", "Jack", "Ella", "Noah", "Ruby", "Omar", "Sara",
 )
 ITEMS: tuple[str, ...] = (
-    "apples",
-    "pencils",
-    "cookies",
-    "marbles",
-    "stickers",
-    "books",
-    "eggs",
-    "cards",
-    "toys",
-    "shells",
-    "coins",
-    "candies",
-    "flowers",
-    "balloons",
-    "stamps",
-    "cupcakes",
+    "apples", "pencils", "cookies", "marbles", "stickers", "books", "eggs", "cards",
+    "toys", "shells", "coins", "candies", "flowers", "balloons", "stamps", "cupcakes",
 )
 
 ANSWER_PATTERN = re.compile(r"^(\d+) ([-+*]) (\d+) = (\d+)\n#### (\d+)$")
@@ -82,13 +54,12 @@ class Template:
 
 TEMPLATES: tuple[Template, ...] = (
     Template("+", "{name} has {a} {item} and buys {b} more. How many {item} does {name} have now?"),
-    Template("+", "There are {a} {item} in a box and {b} {item} in a bag. How many {item} are there in total?"),
-    Template(
-        "+",
-        "{name} picked {a} {item} in the morning and {b} {item} in the afternoon. "
-        "How many {item} did {name} pick in all?",
-    ),
-    Template("-", "{name} has {a} {item} and gives {b} of them to {friend}. How many {item} does {name} have left?"),
+    Template("+", "There are {a} {item} in a box and {b} {item} in a bag. "
+                  "How many {item} are there in total?"),
+    Template("+", "{name} picked {a} {item} in the morning and {b} {item} in the afternoon. "
+                  "How many {item} did {name} pick in all?"),
+    Template("-", "{name} has {a} {item} and gives {b} of them to {friend}. "
+                  "How many {item} does {name} have left?"),
     Template("-", "A shop had {a} {item} and sold {b} of them. How many {item} are left in the shop?"),
     Template("-", "{name} had {a} {item} and lost {b}. How many {item} does {name} have now?"),
     Template("*", "{name} buys {a} bags with {b} {item} in each bag. How many {item} does {name} buy?"),
@@ -160,7 +131,9 @@ def sample_problem(rng: random.Random, spec: DatasetSpec) -> Problem:
     return Problem(question=question, answer=format_answer(template.op, a, b))
 
 
-def _draw_unique(rng: random.Random, spec: DatasetSpec, count: int, taken: set[str]) -> list[Problem]:
+def _draw_unique(
+    rng: random.Random, spec: DatasetSpec, count: int, taken: set[str]
+) -> list[Problem]:
     """Draw ``count`` problems whose questions are not in ``taken`` (which is updated)."""
     problems: list[Problem] = []
     misses = 0
