@@ -83,8 +83,13 @@ class ManagedProcess:
 
 def _stat(pid: int) -> tuple[str, int, int] | None:
     """(state, ppid, pgrp) of a pid from /proc, None if gone."""
+    return _stat_at(Path(f"/proc/{pid}/stat"))
+
+
+def _stat_at(path: Path) -> tuple[str, int, int] | None:
+    """(state, ppid, pgrp) from a /proc stat file (a process's or a thread's), None if gone."""
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
+        text = path.read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     # comm may contain spaces and parentheses: split after the last ')'.
@@ -96,18 +101,40 @@ def _all_pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
+_DEAD_STATES = ("Z", "X")
+
+
+def _live(pid: int, state: str) -> bool:
+    """A pid in `state` still runs: not a zombie, or a zombie leader whose other threads still exit.
+
+    When a multi-threaded process is killed, its main thread can show Z while other threads are
+    still in their exit path, holding the process's files and sockets (a P/D engine's port stayed
+    connectable after teardown had judged every pid dead)."""
+    if state not in _DEAD_STATES:
+        return True
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        stat = _stat_at(Path(f"/proc/{pid}/task/{tid}/stat"))
+        if stat is not None and stat[0] not in _DEAD_STATES:
+            return True
+    return False
+
+
 def pid_alive(pid: int) -> bool:
-    """Whether a pid exists and is not a zombie."""
+    """Whether a pid exists and is not (wholly) a zombie."""
     stat = _stat(pid)
-    return stat is not None and stat[0] not in ("Z", "X")
+    return stat is not None and _live(pid, stat[0])
 
 
 def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in a process group."""
+    """Live processes in a process group."""
     members = []
     for pid in _all_pids():
         stat = _stat(pid)
-        if stat is not None and stat[2] == pgid and stat[0] not in ("Z", "X"):
+        if stat is not None and stat[2] == pgid and _live(pid, stat[0]):
             members.append(pid)
     return members
 
@@ -117,7 +144,7 @@ def descendants(pid: int) -> set[int]:
     children: dict[int, list[int]] = {}
     for other in _all_pids():
         stat = _stat(other)
-        if stat is not None and stat[0] not in ("Z", "X"):
+        if stat is not None and _live(other, stat[0]):
             children.setdefault(stat[1], []).append(other)
     out: set[int] = set()
     stack = [pid]

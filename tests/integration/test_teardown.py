@@ -279,3 +279,23 @@ def test_nice_lowers_the_child_priority(tmp_path: Path) -> None:
     finally:
         processes.stop([proc])
     assert not pid_alive(proc.pid)
+
+
+ZOMBIE_LEADER = """
+import ctypes, threading, time
+threading.Thread(target=time.sleep, args=(300,)).start()
+time.sleep(0.2)
+ctypes.CDLL(None).syscall(60, 0)  # SYS_exit: only the main thread ends; the process lives on
+"""
+
+
+def test_zombie_leader_with_a_running_thread_is_alive_until_stopped(tmp_path: Path) -> None:
+    """A killed multi-threaded engine can show Z on its main thread while other threads still
+    hold its sockets: it is not gone until every thread is."""
+    proc = processes.start("half-exited", [sys.executable, "-c", ZOMBIE_LEADER], SHELL_ENV, tmp_path / "z.log")
+    leader_state = Path(f"/proc/{proc.pid}/stat")
+    wait_for(lambda: leader_state.read_text().rsplit(")", 1)[1].split()[0] == "Z", 10, "the main thread to exit")
+    assert pid_alive(proc.pid)
+    assert group_members(proc.pgid) == [proc.pid]
+    processes.stop([proc], grace_s=1.0)
+    assert not pid_alive(proc.pid) and group_members(proc.pgid) == []
