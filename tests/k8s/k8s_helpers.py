@@ -1,7 +1,8 @@
 """Real tools for the chart tests: helm, strict schema validation, CRD schemas.
 
 Tool paths come from the environment (HELM, CHECKOV, CANARY_CRD_DIR) or from where `make k8s-tools`
-puts them (.cache/tools). A missing tool fails the test with the command that installs it.
+puts them (.cache/tools); the CRD schemas are vendored in tests/k8s/crds. A missing tool fails the
+test with the command that installs it.
 """
 
 from __future__ import annotations
@@ -40,10 +41,14 @@ def checkov_bin() -> Path:
     return tool("CHECKOV", TOOLS / "checkov-venv" / "bin" / "checkov")
 
 
+CRD_DIR = Path(__file__).resolve().parent / "crds"
+"""The vendored CRD schemas (their source and release: crds/README.md; `make crds` checks them)."""
+
+
 def crd_dir() -> Path:
-    path = Path(os.environ.get("CANARY_CRD_DIR", str(REPO.parent / "shared" / "crds")))
+    path = Path(os.environ.get("CANARY_CRD_DIR", str(CRD_DIR)))
     if not path.is_dir():
-        pytest.fail(f"CRD directory {path} is missing (CI keeps it at ../shared/crds; or set CANARY_CRD_DIR)")
+        pytest.fail(f"CRD directory {path} is missing (the repository keeps it at {CRD_DIR}; or set CANARY_CRD_DIR)")
     return path
 
 
