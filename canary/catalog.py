@@ -70,6 +70,11 @@ class BackendInfo(_Strict):
     description: str = Field(description="Human-readable name.")
     mla: bool = Field(description="An MLA backend (needs an MLA model).")
     kernel_block_sizes: KernelBlockSizes = Field(description="Accepted kernel block sizes.")
+    kernel_block_sizes_conditions: list[str] = Field(
+        default_factory=list,
+        description="Generated (canary.vllm_source.catalog_check): every return of the backend's "
+        "get_supported_kernel_block_sizes with its guard, when vLLM decides at runtime; empty: unconditional.",
+    )
     kv_cache_dtypes: list[str] = Field(description="Supported --kv-cache-dtype values.")
     kv_cache_dtype_platforms: dict[str, list[str]] = Field(
         default_factory=dict, description="Dtypes limited to some platforms."

@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from canary.errors import ConfigError
 from canary.paths import SIGNATURES_CATALOG
@@ -24,6 +24,8 @@ CONTEXT_LINES = 3
 """Lines of context before and after the matching line in an excerpt."""
 MAX_LINE_CHARS = 400
 """Excerpt lines are cut to this length (vLLM prints whole configs on one line)."""
+ORIGIN = re.compile(r"^(?:vllm \d+\.\d+\.\d+|torch|python|canary)(?:\b.*)?$")
+"""A signature pattern's origin when it is not a message of the pinned vLLM (Signature.origins)."""
 
 
 class Signature(BaseModel):
@@ -41,6 +43,22 @@ class Signature(BaseModel):
         description="A match means the server can never become ready even though its process lives on "
         "(a thread it needs has died): the local target stops waiting at once instead of at the deadline.",
     )
+
+    origins: dict[str, str] = Field(
+        default_factory=dict,
+        description="Where a pattern's message comes from when it is not in the pinned vLLM's source (pattern -> "
+        "`vllm <version>`: another vLLM release; `torch`, `python` or `canary`, then a note). Patterns without an "
+        "entry are messages of the pinned vLLM (tests/source checks both ways against its sdist).",
+    )
+
+    @model_validator(mode="after")
+    def _origins_name_patterns(self) -> Signature:
+        for pattern, origin in self.origins.items():
+            if pattern not in self.patterns:
+                raise ValueError(f"origins: {pattern!r} is not one of the patterns")
+            if not ORIGIN.match(origin):
+                raise ValueError(f"origins: {origin!r} must start with `vllm <version>`, torch, python or canary")
+        return self
 
     @field_validator("patterns")
     @classmethod
