@@ -1,23 +1,26 @@
 """Turn the planned cells of a matrix config into values of the helm/vllm-pd chart.
 
 `canary render-values CONFIG -o values.yaml` calls `render_values`. The output sets only what the
-matrix decides (the run id, the cells, the router image); cluster settings (GPUs, node selectors,
-RDMA, the model cache) stay in the chart's values or another `-f` file.
+matrix decides (the run id, the cells, the router image, and for P/D cells the placement of prefill
+and decode and NIXL's UCX_TLS, from target.kubernetes.nixl); cluster settings (GPUs, node
+selectors, RDMA, the model cache) stay in the chart's values or another `-f` file.
 
-Also here: the patch-series hash, the same definition as `docker/apply-series.sh --hash`, so a
-cell's annotation and the image label built from the same series agree.
+Every image a planned cell runs must be one `make images` builds or upstream publishes
+(canary.images.check_image); a patched cell carries its series hash (canary.patchseries), the
+label of the image built from the same series. The router runs its own image (router_image).
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 from typing import Any
 
 from canary.config import CanaryConfig
 from canary.errors import CanaryError
+from canary.images import ImageError, check_image, find_series, router_ref
 from canary.matrix import K8S_NAME_MAX, Cell
+from canary.patchseries import SeriesError, read_series, series_hash
 from canary.paths import REPO_ROOT
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -32,45 +35,21 @@ class KubeValuesError(CanaryError):
     exit_code = 2
 
 
-def series_entries(series_file: Path) -> list[str]:
-    """Patch file names listed in a series file, in order (comments and blank lines dropped)."""
-    try:
-        text = series_file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise KubeValuesError(f"{series_file}: cannot read the patch series: {exc.strerror}") from None
-    entries = ["".join(line.split("#", 1)[0].split()) for line in text.splitlines()]
-    names = [entry for entry in entries if entry]
-    if not names:
-        raise KubeValuesError(f"{series_file}: the patch series lists no patches")
-    return names
-
-
-def patch_series_hash(series_file: Path) -> str:
-    """sha256 over "<sha256 of patch>  <name>\\n" for each patch in series order.
-
-    Identical to `docker/apply-series.sh --hash` (tests/images keeps them equal), which is what the
-    patched image carries as the label dev.vllm.canary.patch-series-sha256.
-    """
-    manifest = hashlib.sha256()
-    for name in series_entries(series_file):
-        patch = series_file.parent / name
-        try:
-            digest = hashlib.sha256(patch.read_bytes()).hexdigest()
-        except OSError as exc:
-            raise KubeValuesError(f"{series_file}: patch {name!r} cannot be read: {exc.strerror}") from None
-        manifest.update(f"{digest}  {name}\n".encode())
-    return manifest.hexdigest()
-
-
 def resolve_series(path_text: str, base_dir: Path | None = None) -> Path:
     """A series path from a config: absolute, relative to base_dir, or relative to the repository."""
-    path = Path(path_text)
-    candidates = [path] if path.is_absolute() else [(base_dir or Path.cwd()) / path, REPO_ROOT / path]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    tried = ", ".join(str(c) for c in candidates)
-    raise KubeValuesError(f"patch series {path_text!r} not found (tried {tried})")
+    found = find_series(path_text, base_dir)
+    if found is None:
+        where = f"relative to {base_dir or Path.cwd()} or {REPO_ROOT}"
+        raise KubeValuesError(f"patch series {path_text!r} not found ({where})")
+    return found
+
+
+def series_sha256(series_file: Path) -> str:
+    """The series hash (canary.patchseries), the label dev.vllm.canary.patch-series-sha256 of its image."""
+    try:
+        return series_hash(read_series(series_file))
+    except SeriesError as exc:
+        raise KubeValuesError(str(exc)) from None
 
 
 def _check_cell(cell: Cell) -> None:
@@ -108,6 +87,9 @@ def _cell_values(config: CanaryConfig, cell: Cell, series_hashes: dict[str, str]
         "tensorParallelSize": model.tensor_parallel_size,
         "gpus": model.tensor_parallel_size,
     }
+    if cell.topology == "pd-nixl":
+        nixl = config.target.kubernetes.nixl
+        values["nixl"] = {"placement": nixl.placement, "ucxTls": nixl.tls}
     if model.extra_args:
         values["extraArgs"] = list(model.extra_args)
     if cell.risks:
@@ -117,13 +99,24 @@ def _cell_values(config: CanaryConfig, cell: Cell, series_hashes: dict[str, str]
     return values
 
 
-def router_image(config: CanaryConfig) -> str | None:
-    """The image for vllm-router: the first image built with a patch series.
+def router_image() -> str:
+    """The image of vllm-router: its own pinned image (docker/vllm-router, canary.images.router_ref)."""
+    try:
+        return router_ref()
+    except ImageError as exc:
+        raise KubeValuesError(str(exc)) from None
 
-    Such an image comes from docker/vllm-patched/Dockerfile, which installs vllm-router; the
-    upstream vLLM image does not carry it. None: keep the chart's router.image.
-    """
-    return next((spec.ref for spec in config.images.values() if spec.patches), None)
+
+def _check_images(config: CanaryConfig, keys: set[str], config_dir: Path | None) -> None:
+    """Every image the planned cells run is built by `make images` or published upstream."""
+    for key in sorted(keys):
+        spec = config.images[key]
+        try:
+            problem = check_image(spec.ref, spec.patches, config_dir)
+        except ImageError as exc:
+            problem = str(exc)
+        if problem:
+            raise KubeValuesError(f"images.{key}: {problem}")
 
 
 def render_values(
@@ -148,16 +141,17 @@ def render_values(
                 f"cells {seen[cell.k8s_name]} and {cell.id} share the Kubernetes name {cell.k8s_name}"
             )
         seen[cell.k8s_name] = cell.id
+    planned_images = {cell.image for cell in planned}
     series_hashes = {
-        key: patch_series_hash(resolve_series(spec.patches, config_dir))
+        key: series_sha256(resolve_series(spec.patches, config_dir))
         for key, spec in config.images.items()
-        if spec.patches and any(cell.image == key for cell in planned)
+        if spec.patches and key in planned_images
     }
+    _check_images(config, planned_images, config_dir)
     values: dict[str, Any] = {
         "run": run_id,
         "cells": [_cell_values(config, cell, series_hashes) for cell in planned],
     }
-    image = router_image(config)
-    if image is not None and any(cell.topology == "pd-nixl" for cell in planned):
-        values["router"] = {"image": image}
+    if any(cell.topology == "pd-nixl" for cell in planned):
+        values["router"] = {"image": router_image()}
     return values

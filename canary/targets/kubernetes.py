@@ -7,8 +7,15 @@ and reports:
 
 - readiness and the seconds from pod creation to Ready,
 - restarts and the last termination reason (OOMKilled, Error, exit code),
-- the current and previous container logs as text (the startup classifier reads them: a
-  crash-looping server's failure is in its *previous* log),
+- the current and previous container logs (the startup classifier reads them: a crash-looping
+  server's failure is in its *previous* log). Each log is read twice: from its START, up to and
+  including uvicorn's `Application startup complete.` plus a few lines (bounded in bytes), which
+  is the startup record (runner, backend, KV cache size, kernel block lines) kept as
+  `<role>.startup.log`; and its last `log_tail_lines` lines for crash and transfer evidence. A
+  long-lived server logs one access line per /health and /metrics request, so a tail alone loses
+  the startup lines within hours. `<role>.log` holds the startup record followed by the tail,
+- where the NIXL peers run: each engine pod's node and UCX_TLS, next to the placement and transport
+  the config asked for (`Deployment.evidence["nixl"]`, also `deployment.json` in the log dir),
 - the Service URLs: the router of a P/D cell or the aggregated server, and each server's /metrics,
 - cells whose pods are missing, crash-looping or failed (image pull, config errors).
 
@@ -27,6 +34,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
+
+from urllib3.exceptions import HTTPError
 
 from canary.config import CanaryConfig
 from canary.errors import CanaryError
@@ -56,6 +65,12 @@ CRASH_WAITING_REASON = "CrashLoopBackOff"
 CellStatus = Literal["ready", "starting", "crash-looping", "failed", "missing"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"crash-looping", "failed"})
 
+# uvicorn's line once the OpenAI server listens (uvicorn/lifespan/on.py): the end of the startup
+# record. vLLM's own startup lines (runner, backend, KV cache size) all come before it.
+STARTUP_COMPLETE = "Application startup complete."
+LOG_CHUNK_BYTES = 64 * 1024
+LOG_TIMEOUT_S = (10.0, 60.0)  # connect, read (per chunk): a log read never waits forever
+
 
 class KubernetesTargetError(CanaryError):
     """The Kubernetes API could not be read, or a cell did not become ready."""
@@ -79,6 +94,8 @@ class PodState:
     unschedulable: str | None
     container: str
     leader: bool = True
+    node: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def ready_seconds(self) -> float | None:
@@ -124,6 +141,7 @@ class CellDeployment:
     restarts: int = 0
     termination_reason: str | None = None
     logs: dict[str, str] = field(default_factory=dict)
+    startup_logs: dict[str, str] = field(default_factory=dict)
     base_url: str | None = None
     role_urls: dict[str, str] = field(default_factory=dict)
     metrics_urls: dict[str, str] = field(default_factory=dict)
@@ -146,6 +164,46 @@ class CellDeployment:
         leaders = [p for p in self.pods.get(role, []) if p.leader] or self.pods.get(role, [])
         seconds = [s for s in (p.ready_seconds for p in leaders) if s is not None]
         return max(seconds) if seconds else None
+
+
+@dataclass
+class ContainerLog:
+    """One container instance's log: its startup record (from the start of the log) and its tail."""
+
+    startup: str
+    tail: str = ""
+    complete: bool = False
+    startup_complete: bool = False
+
+    def text(self) -> str:
+        """The startup record, then the tail lines it does not already hold."""
+        if self.complete or not self.tail:
+            return self.startup
+        head = self.startup.splitlines()
+        tail = self.tail.splitlines()
+        overlap = _overlap(head, tail)
+        rest = tail[overlap:]
+        if not rest:
+            return self.startup
+        gap = "" if overlap else f"===== ... last {len(tail)} lines of the log (the lines between are not kept) =====\n"
+        return _ended(self.startup) + gap + "\n".join(rest) + "\n"
+
+
+def _ended(text: str) -> str:
+    return text if not text or text.endswith("\n") else text + "\n"
+
+
+def _overlap(head: list[str], tail: list[str]) -> int:
+    """The most leading lines of `tail` that are also the last lines of `head` (a short log's tail
+    starts inside the startup record). Lines carry no sequence number, so a tail that merely begins
+    with exact repeats of the record's last lines is taken as contiguous (the text is the same)."""
+    if not head or not tail:
+        return 0
+    for length in range(min(len(head), len(tail)), 0, -1):
+        start = len(head) - length
+        if head[start] == tail[0] and head[start:] == tail[:length]:
+            return length
+    return 0
 
 
 def expected_roles(topology: str) -> tuple[str, ...]:
@@ -181,6 +239,13 @@ def pod_state(pod: Mapping[str, Any]) -> PodState:
     spec_containers = [_mapping(c) for c in _list(_mapping(pod.get("spec")).get("containers"))]
     if spec_containers and not any(c.get("name") == container_name for c in spec_containers):
         container_name = str(spec_containers[0].get("name", container_name))
+    own_spec = next((c for c in spec_containers if c.get("name") == container_name), {})
+    env = {
+        str(e["name"]): str(e["value"])
+        for e in (_mapping(item) for item in _list(own_spec.get("env")))
+        if "name" in e and isinstance(e.get("value"), str)
+    }
+    node = _mapping(pod.get("spec")).get("nodeName")
 
     ready, ready_since, unschedulable = False, None, None
     for condition in (_mapping(c) for c in _list(status.get("conditions"))):
@@ -210,6 +275,8 @@ def pod_state(pod: Mapping[str, Any]) -> PodState:
         unschedulable=unschedulable,
         container=container_name,
         leader=labels.get(LABEL_LWS_ROLE, "leader") == "leader",
+        node=str(node) if node else None,
+        env=env,
     )
 
 
@@ -231,6 +298,10 @@ def judge_cell(topology: str, pods: Mapping[str, list[PodState]]) -> tuple[CellS
     if not_ready:
         return "starting", "; ".join(p.describe() for p in not_ready), not_ready[0].role
     return "ready", f"{len(all_pods)} pod(s) ready", None
+
+
+def _joined(chunks: list[str]) -> str:
+    return "\n".join(chunk if chunk.endswith("\n") else chunk + "\n" for chunk in chunks)
 
 
 def service_url(name: str, namespace: str, port: int) -> str:
@@ -257,6 +328,8 @@ class KubernetesTarget:
         poll_interval_s: float = 5.0,
         missing_grace_s: float = 60.0,
         log_tail_lines: int = 5000,
+        startup_extra_lines: int = 20,
+        startup_limit_bytes: int = 8 * 1024 * 1024,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -270,6 +343,8 @@ class KubernetesTarget:
         self.poll_interval_s = poll_interval_s
         self.missing_grace_s = missing_grace_s
         self.log_tail_lines = log_tail_lines
+        self.startup_extra_lines = startup_extra_lines
+        self.startup_limit_bytes = startup_limit_bytes
         self._clock = clock
         self._sleep = sleep
         self._api = api
@@ -356,18 +431,19 @@ class KubernetesTarget:
                 grouped.setdefault(str(labels[LABEL_CELL]), {})[str(labels[LABEL_ROLE])] = item
         return grouped
 
-    def pod_log(self, pod: str, container: str, *, previous: bool) -> str | None:
-        """A container's log (None when there is none, e.g. no previous instance)."""
+    def _log_request(self, pod: str, container: str, previous: bool, **query: Any) -> Any | None:
+        """The raw (streamed) log response; None when there is no such log."""
         from kubernetes.client.exceptions import ApiException
 
         try:
-            response = self.api.read_namespaced_pod_log(
+            return self.api.read_namespaced_pod_log(
                 pod,
                 self.namespace,
                 container=container,
                 previous=previous,
-                tail_lines=self.log_tail_lines,
                 _preload_content=False,
+                _request_timeout=LOG_TIMEOUT_S,
+                **query,
             )
         except ApiException as exc:
             if exc.status in (400, 404):  # no previous instance / container not started yet
@@ -376,24 +452,93 @@ class KubernetesTarget:
             raise KubernetesTargetError(
                 f"reading the {which} of {pod}/{container} failed: HTTP {exc.status} {exc.reason}"
             ) from None
-        data = response.data
+
+    def pod_log(self, pod: str, container: str, *, previous: bool) -> str | None:
+        """The last `log_tail_lines` lines of a container's log (None when there is none)."""
+        response = self._log_request(pod, container, previous, tail_lines=self.log_tail_lines)
+        if response is None:
+            return None
+        try:
+            data = response.data
+        except (OSError, HTTPError) as exc:
+            raise KubernetesTargetError(f"reading the log of {pod}/{container} failed: {exc}") from None
         return data.decode("utf-8", errors="replace") if isinstance(data, bytes) else str(data)
 
+    def pod_log_head(self, pod: str, container: str, *, previous: bool) -> ContainerLog | None:
+        """The log from its start: up to and including `Application startup complete.` plus
+        `startup_extra_lines` lines, at most `startup_limit_bytes` bytes. The Kubernetes API has no
+        "head", so the log is streamed and the connection closed once the record is complete."""
+        # The API server may stop "slightly" before limit_bytes: ask for a chunk more and stop here,
+        # so a stream that ends below startup_limit_bytes really is the whole log.
+        response = self._log_request(pod, container, previous, limit_bytes=self.startup_limit_bytes + LOG_CHUNK_BYTES)
+        if response is None:
+            return None
+        lines: list[bytes] = []
+        pending = b""
+        read = 0
+        after_marker: int | None = None
+        eof = True
+        marker = STARTUP_COMPLETE.encode()
+        try:
+            for chunk in response.stream(LOG_CHUNK_BYTES):
+                read += len(chunk)
+                *complete_lines, pending = (pending + chunk).split(b"\n")
+                for line in complete_lines:
+                    lines.append(line + b"\n")
+                    if after_marker is None and marker in line:
+                        after_marker = 0
+                    elif after_marker is not None:
+                        after_marker += 1
+                    if after_marker is not None and after_marker >= self.startup_extra_lines:
+                        break
+                if (after_marker is not None and after_marker >= self.startup_extra_lines) or (
+                    read >= self.startup_limit_bytes
+                ):
+                    eof = False
+                    break
+        except (OSError, HTTPError) as exc:
+            raise KubernetesTargetError(f"reading the log of {pod}/{container} failed: {exc}") from None
+        finally:
+            response.close()
+            with contextlib.suppress(Exception):
+                response.release_conn()
+        if eof and pending:
+            lines.append(pending)
+        text = b"".join(lines).decode("utf-8", errors="replace")
+        return ContainerLog(startup=text, complete=eof, startup_complete=after_marker is not None)
+
+    def container_log(self, pod: str, container: str, *, previous: bool) -> ContainerLog | None:
+        """A container instance's startup record and, for a log longer than that, its tail."""
+        head = self.pod_log_head(pod, container, previous=previous)
+        if head is None or head.complete:
+            return head
+        head.tail = self.pod_log(pod, container, previous=previous) or ""
+        return head
+
     def role_log(self, pods: list[PodState]) -> str:
-        """Current and previous logs of a role's pods, each under a header line."""
-        chunks: list[str] = []
+        """Current and previous logs of a role's pods (startup record + tail), each under a header line."""
+        return self.role_logs(pods)[0]
+
+    def role_logs(self, pods: list[PodState]) -> tuple[str, str]:
+        """(full, startup): the role's logs as `role_log` gives them, and the startup records alone."""
+        full: list[str] = []
+        startup: list[str] = []
         for pod in pods:
+            instances: list[tuple[bool, str]] = []
             if pod.restarts > 0 or pod.last_termination_reason is not None:
-                previous = self.pod_log(pod.name, pod.container, previous=True)
-                if previous:
-                    reason = pod.last_termination_reason or "terminated"
-                    code = f", exit {pod.last_exit_code}" if pod.last_exit_code is not None else ""
-                    header = f"===== {pod.name}/{pod.container} previous instance ({reason}{code}) ====="
-                    chunks.append(f"{header}\n{previous}")
-            current = self.pod_log(pod.name, pod.container, previous=False)
-            if current:
-                chunks.append(f"===== {pod.name}/{pod.container} current instance =====\n{current}")
-        return "\n".join(chunk if chunk.endswith("\n") else chunk + "\n" for chunk in chunks)
+                reason = pod.last_termination_reason or "terminated"
+                code = f", exit {pod.last_exit_code}" if pod.last_exit_code is not None else ""
+                instances.append((True, f"previous instance ({reason}{code})"))
+            instances.append((False, "current instance"))
+            for previous, what in instances:
+                log = self.container_log(pod.name, pod.container, previous=previous)
+                if log is None or not log.startup:
+                    continue
+                header = f"===== {pod.name}/{pod.container} {what}"
+                full.append(f"{header} =====\n{log.text()}")
+                note = "" if log.startup_complete else f" (no {STARTUP_COMPLETE!r} line)"
+                startup.append(f"{header}{note} =====\n{log.startup}")
+        return _joined(full), _joined(startup)
 
     # ------------------------------------------------------------------ discovery
 
@@ -448,7 +593,8 @@ class KubernetesTarget:
                 deployment.status, deployment.detail = "missing", f"pods ready but no {front} Service"
                 deployment.failed_role = front
             if with_logs:
-                deployment.logs = {role: self.role_log(role_pods) for role, role_pods in cell_pods.items()}
+                for role, role_pods in cell_pods.items():
+                    deployment.logs[role], deployment.startup_logs[role] = self.role_logs(role_pods)
             found[cell.id] = deployment
         return found
 
@@ -466,7 +612,8 @@ class KubernetesTarget:
                 state.detail = f"not ready after {self.ready_timeout_s:.0f}s: {state.detail}"
                 break
             self._sleep(self.poll_interval_s)
-        state.logs = self.discover([cell], with_logs=True)[cell.id].logs
+        with_logs = self.discover([cell], with_logs=True)[cell.id]
+        state.logs, state.startup_logs = with_logs.logs, with_logs.startup_logs
         return state
 
     # ------------------------------------------------------------------ Target interface
@@ -478,7 +625,33 @@ class KubernetesTarget:
             path = log_dir / f"{role}.log"
             path.write_text(text, encoding="utf-8")
             paths[role] = path
+        for role, text in state.startup_logs.items():
+            (log_dir / f"{role}.startup.log").write_text(text, encoding="utf-8")
         return paths
+
+    def nixl_evidence(self, state: CellDeployment) -> dict[str, object]:
+        """Placement and UCX_TLS a P/D cell asked for (target.kubernetes.nixl) and what its engine
+        pods run with: their nodes and the UCX_TLS in their spec ({} for aggregated cells)."""
+        if state.topology == "aggregated":
+            return {}
+        asked = self.config.target.kubernetes.nixl
+        nodes = {role: sorted({p.node for p in state.pods.get(role, []) if p.node}) for role in ENGINE_ROLES_PD}
+        observed: str | None = None
+        if all(nodes.values()):
+            shared = set(nodes["prefill"]) & set(nodes["decode"])
+            if not shared:
+                observed = "cross-node"
+            elif len(set(nodes["prefill"]) | set(nodes["decode"])) == 1:
+                observed = "same-node"
+            else:
+                observed = "partly shared nodes"
+        ucx = {role: sorted({p.env.get("UCX_TLS", "") for p in state.pods.get(role, [])}) for role in ENGINE_ROLES_PD}
+        tls_as_asked = all(values == [asked.tls] for values in ucx.values())
+        return {
+            "placement": {"asked": asked.placement, "observed": observed, "nodes": nodes},
+            "ucx_tls": {"asked": asked.tls, "observed": ucx},
+            "as_asked": observed == asked.placement and tls_as_asked,
+        }
 
     def to_deployment(self, cell: Cell, state: CellDeployment, log_dir: Path) -> Deployment:
         """The runner's view of a found cell."""
@@ -495,6 +668,12 @@ class KubernetesTarget:
             pods = state.pods.get(role, [])
             if pods and pods[0].last_exit_code is not None and not pods[0].ready:
                 servers[role].exit_code = pods[0].last_exit_code
+        evidence: dict[str, object] = {}
+        nixl = self.nixl_evidence(state)
+        if nixl:
+            evidence["nixl"] = nixl
+        if evidence:
+            (log_dir / "deployment.json").write_text(json.dumps(evidence, indent=2) + "\n", encoding="utf-8")
         return Deployment(
             cell=cell,
             base_url=state.base_url or "",
@@ -503,6 +682,7 @@ class KubernetesTarget:
             started=state.ready,
             ready_seconds=state.ready_seconds,
             failure=None if state.ready else state.failure_text(),
+            evidence=evidence,
         )
 
     @contextmanager
@@ -528,5 +708,13 @@ class KubernetesTarget:
             "roles": list(roles),
             "service": f"{cell.k8s_name}-{front} (found by label; the name assumes vllm-pd's namePrefix is empty)",
             "ready_timeout_s": self.ready_timeout_s,
+            **(
+                {}
+                if cell.topology == "aggregated"
+                else {
+                    "nixl_placement": self.config.target.kubernetes.nixl.placement,
+                    "ucx_tls": self.config.target.kubernetes.nixl.tls,
+                }
+            ),
             "note": "Helm deploys the cells (helm/vllm-pd); this target only reads them.",
         }

@@ -55,7 +55,9 @@ class KmockCluster:
         self._in_loop(store)
 
     def log(self, namespace: str, pod: str, container: str, text: str, *, previous: bool = False) -> None:
-        """Serve a container log (GET .../pods/POD/log?container=C[&previous=true])."""
+        """Serve a container log (GET .../pods/POD/log?container=C[&previous=true]), honouring
+        tailLines and limitBytes as the API server does (the last N lines; at most N bytes)."""
+        data = text.encode()
 
         def is_previous(request: Any) -> bool:
             return str(request.params.get("previous", "")).lower() == "true"
@@ -63,10 +65,19 @@ class KmockCluster:
         def matches(request: Any) -> bool:
             return is_previous(request) == previous and request.params.get("container") == container
 
+        def body(request: Any) -> bytes:
+            served = data
+            if (tail := request.params.get("tailLines")) is not None:
+                lines = served.splitlines(keepends=True)
+                served = b"".join(lines[len(lines) - min(int(tail), len(lines)) :])
+            if (limit := request.params.get("limitBytes")) is not None:
+                served = served[: int(limit)]
+            return served
+
         def store() -> None:
             self.emulator[
                 "get", kmock.subresource("log"), kmock.namespace(namespace), kmock.name(pod), matches
-            ] << kmock.headers(TEXT) << text.encode()
+            ] << kmock.headers(TEXT) << body
 
         self._in_loop(store)
 

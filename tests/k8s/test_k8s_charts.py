@@ -1,7 +1,7 @@
 """helm/vllm-pd and helm/canary: lint, render, strict validation, and what the manifests must say.
 
 Real helm (v4.1.4), kubernetes-validate's strict Kubernetes 1.33 schemas for built-in kinds, the
-CRD schemas in ../shared/crds (made strict like the API server's field validation) for
+vendored CRD schemas in tests/k8s/crds (made strict like the API server's field validation) for
 PodMonitor, ServiceMonitor, PrometheusRule and LeaderWorkerSet.
 """
 
@@ -32,6 +32,7 @@ from k8s_helpers import (
 )
 
 from canary.config import validate_config
+from canary.images import router_ref
 from canary.kube_values import render_values
 from canary.matrix import plan
 
@@ -48,7 +49,7 @@ SMALL_MATRIX: dict[str, Any] = {
     "images": {
         "baseline": {"ref": "vllm/vllm-openai:v0.33.0"},
         "patched": {
-            "ref": "ghcr.io/vllm-canary/vllm-patched:v0.33.0-canary",
+            "base": "vllm/vllm-openai:v0.33.0",
             "patches": "docker/patches/series",
         },
     },
@@ -210,7 +211,7 @@ def test_rendered_matrix_values_deploy_each_cell_as_planned(
             container = router["spec"]["template"]["spec"]["containers"][0]
             args = container["args"]
             assert container["command"] == ["vllm-router"]
-            assert container["image"] == "ghcr.io/vllm-canary/vllm-patched:v0.33.0-canary"  # the image with vllm-router
+            assert container["image"] == router_ref()  # vllm-router's own image (docker/vllm-router)
             assert "--vllm-pd-disaggregation" in args
             assert args[args.index("--prefill") + 1] == f"http://{cell['name']}-prefill.gpu.svc:8000"
             assert args[args.index("--decode") + 1] == f"http://{cell['name']}-decode.gpu.svc:8000"

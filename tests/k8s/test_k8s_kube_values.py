@@ -14,8 +14,10 @@ import yaml
 from k8s_helpers import REPO
 
 from canary.config import validate_config
-from canary.kube_values import KubeValuesError, patch_series_hash, render_values, router_image
+from canary.images import router_ref
+from canary.kube_values import KubeValuesError, render_values, router_image
 from canary.matrix import plan
+from canary.patchseries import read_series, series_hash
 
 BASE: dict[str, Any] = {
     "version": 1,
@@ -48,7 +50,7 @@ def test_values_carry_each_planned_cell() -> None:
     assert pd["extraArgs"] == ["--enforce-eager"]
     assert "kernel-split" in pd["risks"] and "pd-block-mismatch" in pd["risks"]
     assert values["run"] == "kv-test"
-    assert "router" not in values, "no image here is known to carry vllm-router"
+    assert values["router"] == {"image": router_ref()}, "the router runs its own image, not the vLLM one"
 
 
 def test_cells_not_planned_are_left_out() -> None:
@@ -59,20 +61,36 @@ def test_cells_not_planned_are_left_out() -> None:
     assert {c["attentionBackend"] for c in values["cells"]} == {"FLASHINFER"}
 
 
-def test_patched_images_get_the_series_hash_and_run_the_router() -> None:
+def test_patched_images_get_the_series_hash_and_the_router_its_own_image() -> None:
     images = {"baseline": {"ref": "vllm/vllm-openai:v0.33.0"},
-              "patched": {"ref": "ghcr.io/x/vllm-patched:1", "patches": "docker/patches/series"}}
+              "patched": {"base": "vllm/vllm-openai:v0.33.0", "patches": "docker/patches/series"}}
     config = _config(images=images)
     values = render_values(config, list(plan(config).planned()))
-    want = patch_series_hash(REPO / "docker" / "patches" / "series")
+    want = series_hash(read_series(REPO / "docker" / "patches" / "series"))
     for cell in values["cells"]:
         assert cell.get("patchSeriesSha256") == (want if cell["imageKey"] == "patched" else None)
-    assert values["router"] == {"image": "ghcr.io/x/vllm-patched:1"}
-    assert router_image(config) == "ghcr.io/x/vllm-patched:1"
+        if cell["imageKey"] == "patched":
+            assert cell["image"] == f"ghcr.io/vllm-canary/vllm-patched:v0.33.0-{want[:12]}"
+    assert values["router"] == {"image": router_image()} == {"image": "ghcr.io/vllm-canary/vllm-router:0.1.17"}
+
+
+@pytest.mark.parametrize(
+    ("image", "message"),
+    [
+        ({"ref": "ghcr.io/x/vllm-patched:1", "patches": "docker/patches/series"}, "is not a ghcr.io/vllm-canary"),
+        ({"ref": "vllm/vllm-openai:nightly"}, "neither built by `make images` (`make image-tags`) nor published"),
+    ],
+)
+def test_an_image_nothing_builds_is_refused(image: dict[str, str], message: str) -> None:
+    config = _config(images={"candidate": image})
+    with pytest.raises(KubeValuesError, match=r"images\.candidate") as caught:
+        render_values(config, list(plan(config).planned()))
+    assert message in str(caught.value)
 
 
 def test_a_missing_patch_series_is_named() -> None:
-    images = {"patched": {"ref": "x/y:1", "patches": "docker/patches/no-such-series"}}
+    images = {"patched": {"ref": "ghcr.io/vllm-canary/vllm-patched:v0.33.0-000000000000",
+                          "patches": "docker/patches/no-such-series"}}
     config = _config(images=images)
     with pytest.raises(KubeValuesError, match="patch series 'docker/patches/no-such-series' not found"):
         render_values(config, list(plan(config).planned()))
@@ -115,7 +133,8 @@ def test_render_values_command_writes_the_file(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     values = yaml.safe_load(out.read_text())
     assert values["run"] == "deepseek-v4"
-    assert values["cells"] and all(c["modelSource"] == "deepseek-ai/DeepSeek-V4" for c in values["cells"])
+    assert values["cells"] and all(c["modelSource"] == "deepseek-ai/DeepSeek-V4-Flash" for c in values["cells"])
+    assert values["router"] == {"image": router_ref()}
 
 
 def test_render_values_command_refuses_the_cpu_default() -> None:

@@ -52,6 +52,10 @@ canary.vllm.dev/decode-block-size: {{ .cell.decodeBlockSize | int | quote }}
 canary.vllm.dev/kv-cache-dtype: {{ .cell.kvCacheDtype | quote }}
 canary.vllm.dev/runner: {{ .cell.runner | quote }}
 canary.vllm.dev/image-ref: {{ .cell.image | quote }}
+{{- if eq .cell.topology "pd-nixl" }}
+canary.vllm.dev/nixl-placement: {{ include "vllm-pd.placement" . | quote }}
+canary.vllm.dev/ucx-tls: {{ include "vllm-pd.ucxTls" . | quote }}
+{{- end }}
 {{- with .cell.patchSeriesSha256 }}
 canary.vllm.dev/patch-series-sha256: {{ . | quote }}
 {{- end }}
@@ -81,6 +85,51 @@ The --block-size of one role: prefill and aggregated use prefillBlockSize, decod
 */}}
 {{- define "vllm-pd.blockSize" -}}
 {{- if eq .role "decode" -}}{{ .cell.decodeBlockSize | int }}{{- else -}}{{ .cell.prefillBlockSize | int }}{{- end -}}
+{{- end -}}
+
+{{/*
+Placement of a P/D cell's decode pod relative to its prefill pod: the cell's nixl.placement, else
+the chart's (same-node | cross-node).
+*/}}
+{{- define "vllm-pd.placement" -}}
+{{- (.cell.nixl | default dict).placement | default .root.Values.nixl.placement -}}
+{{- end -}}
+
+{{/*
+UCX_TLS of a P/D cell: the cell's nixl.ucxTls, else the chart's nixl.ucx.tls.
+*/}}
+{{- define "vllm-pd.ucxTls" -}}
+{{- (.cell.nixl | default dict).ucxTls | default .root.Values.nixl.ucx.tls -}}
+{{- end -}}
+
+{{/*
+Scheduling of a vLLM pod of one role (a YAML dict: nodeSelector, tolerations, affinity,
+priorityClassName): the chart's settings, and for the decode pods of a P/D cell a required pod
+affinity (same-node) or anti-affinity (cross-node) to the cell's prefill pods on
+kubernetes.io/hostname. Only decode carries the rule: prefill schedules first, decode follows (two
+pods that each require the other could never be placed). Multi-node groups span nodes, so
+same-node fails the render for them. Call with (dict "root" $ "cell" $cell "role" $role "multiNode" bool).
+*/}}
+{{- define "vllm-pd.vllmScheduling" -}}
+{{- $root := .root -}}
+{{- $sched := dict "nodeSelector" $root.Values.nodeSelector "tolerations" $root.Values.tolerations "priorityClassName" $root.Values.priorityClassName -}}
+{{- $affinity := deepCopy ($root.Values.affinity | default dict) -}}
+{{- if eq .cell.topology "pd-nixl" -}}
+{{- $placement := include "vllm-pd.placement" . -}}
+{{- if and .multiNode (eq $placement "same-node") -}}
+{{- fail (printf "cell %q: placement same-node cannot hold multi-node prefill and decode groups on one node; use cross-node" .cell.id) -}}
+{{- end -}}
+{{- if eq .role "decode" -}}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (dict "app.kubernetes.io/name" $root.Chart.Name "app.kubernetes.io/instance" $root.Release.Name "canary.vllm.dev/cell" .cell.name "canary.vllm.dev/role" "prefill")) -}}
+{{- $kind := ternary "podAffinity" "podAntiAffinity" (eq $placement "same-node") -}}
+{{- $rules := deepCopy (get $affinity $kind | default dict) -}}
+{{- $required := get $rules "requiredDuringSchedulingIgnoredDuringExecution" | default list -}}
+{{- $_ := set $rules "requiredDuringSchedulingIgnoredDuringExecution" (append $required $term) -}}
+{{- $_ := set $affinity $kind $rules -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $sched "affinity" $affinity -}}
+{{- toYaml $sched -}}
 {{- end -}}
 
 {{/*
@@ -134,6 +183,10 @@ vLLM server args of one role of one cell (a YAML list). Call with (dict "root" $
 - {{ .cell.tensorParallelSize | default $v.tensorParallelSize | int | quote }}
 - --gpu-memory-utilization
 - {{ $v.gpuMemoryUtilization | toString | quote }}
+{{- with $v.disableAccessLogForEndpoints }}
+- --disable-access-log-for-endpoints
+- {{ join "," . | quote }}
+{{- end }}
 {{- if ne .role "aggregated" }}
 - --kv-transfer-config
 - {{ dict "kv_connector" "NixlConnector" "kv_role" "kv_both" "kv_buffer_device" .root.Values.nixl.kvBufferDevice | toJson | quote }}
@@ -174,7 +227,7 @@ vLLM server env of one role of one cell (a YAML list).
       fieldPath: status.podIP
 - name: VLLM_NIXL_SIDE_CHANNEL_PORT
   value: {{ .root.Values.nixl.sideChannelPort | quote }}
-{{- with .root.Values.nixl.ucx.tls }}
+{{- with include "vllm-pd.ucxTls" . }}
 - name: UCX_TLS
   value: {{ . | quote }}
 {{- end }}
