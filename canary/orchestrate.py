@@ -14,6 +14,7 @@ from canary.report import point_latest, write_all
 from canary.results import RunResult
 from canary.runner import execute, new_run_id
 from canary.targets import create_target
+from canary.wave_run import execute_waves
 
 
 def dry_run(config: CanaryConfig, the_plan: Plan) -> str:
@@ -23,22 +24,38 @@ def dry_run(config: CanaryConfig, the_plan: Plan) -> str:
     return json.dumps({"config": config.name, "target": config.target.kind, "cells": rendered}, indent=2)
 
 
+RUN_TEXTFILE_NAME = "canary.prom"
+"""The run's Prometheus textfile, written beside its reports."""
+
+
+def write_results(run: RunResult, run_dir: Path, *, junit: bool = True, html: bool = True) -> list[Path]:
+    """Every result file of a run: the reports (results.json first) and the run's Prometheus textfile."""
+    from canary.export.textfile import write_textfile
+
+    written = write_all(run, run_dir, junit=junit, html=html)
+    written.append(write_textfile(run, run_dir / RUN_TEXTFILE_NAME))
+    return written
+
+
 def run_and_report(config: CanaryConfig, the_plan: Plan, *, config_path: str, console: Console) -> RunResult:
     """Run the plan and write/export every result; the run dir is removed if nothing was written."""
     from canary.export import export_run
-    from canary.report.terminal import render_grid
+    from canary.report.terminal import outcome_line, render_grid
 
     results_root = Path(config.export.results_dir)
     results_root.mkdir(parents=True, exist_ok=True)
     run_dir = results_root / new_run_id(config.name)
     run_dir.mkdir()
     try:
-        run = execute(config, the_plan, run_dir, config_path=config_path)
+        if config.target.kind == "kubernetes" and config.target.kubernetes.gpu_budget is not None:
+            run = execute_waves(config, the_plan, run_dir, config_path=config_path)
+        else:
+            run = execute(config, the_plan, run_dir, config_path=config_path)
     except BaseException:
         if not any(run_dir.iterdir()):
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
-    written = write_all(run, run_dir, junit=config.export.junit, html=config.export.html)
+    written = write_results(run, run_dir, junit=config.export.junit, html=config.export.html)
     point_latest(results_root, run_dir)
     console.print(render_grid(run))
     for line in export_run(run, config, run_dir):
@@ -46,4 +63,5 @@ def run_and_report(config: CanaryConfig, the_plan: Plan, *, config_path: str, co
     console.print(
         f"results: {run_dir} ({', '.join(p.name for p in written)}); {results_root / 'latest'} -> {run_dir.name}"
     )
+    console.print(outcome_line(run))
     return run

@@ -42,6 +42,25 @@ app.kubernetes.io/component: controller
 {{- end -}}
 
 {{/*
+The run's deadline: target.kubernetes.job_deadline_s of the config the controller runs (one
+source of truth: `canary plan` and the runner read the same key). 14400 is the key's default in
+canary/config.py (tests/k8s/test_k8s_waves.py keeps the two equal).
+*/}}
+{{- define "canary.jobDeadline" -}}
+{{- $cfg := fromYaml (.Values.config | default "") -}}
+{{- dig "target" "kubernetes" "job_deadline_s" 14400 $cfg | int -}}
+{{- end -}}
+
+{{/*
+"true" when the config gives target.kubernetes.gpu_budget: the controller then deploys the cells
+itself, wave by wave (a writer Role, the rotation state volume, the vllm-pd values file).
+*/}}
+{{- define "canary.waves" -}}
+{{- $cfg := fromYaml (.Values.config | default "") -}}
+{{- if dig "target" "kubernetes" "gpu_budget" "" $cfg -}}true{{- end -}}
+{{- end -}}
+
+{{/*
 The controller pod template (CronJob and one-shot Job).
 */}}
 {{- define "canary.podTemplate" -}}
@@ -98,6 +117,12 @@ spec:
         - {{ printf "target.kubernetes.release=%s" .Values.targetRelease | quote }}
         - --set
         - target.kubernetes.in_cluster=true
+        {{- if include "canary.waves" . }}
+        - --set
+        - target.kubernetes.rotation.state_file=/var/lib/canary/rotation.json
+        - --set
+        - target.kubernetes.chart_values=[/etc/canary/vllm-pd-values.yaml]
+        {{- end }}
         {{- range .Values.extraArgs }}
         - {{ . | quote }}
         {{- end }}
@@ -130,6 +155,10 @@ spec:
         - name: scratch
           mountPath: /opt/canary/app/.cache
           subPath: cache
+        {{- if include "canary.waves" . }}
+        - name: state
+          mountPath: /var/lib/canary
+        {{- end }}
   volumes:
     - name: config
       configMap:
@@ -137,6 +166,12 @@ spec:
     - name: scratch
       emptyDir:
         sizeLimit: {{ .Values.scratchSize }}
+    {{- if include "canary.waves" . }}
+    # The rotation state (each cell's last check) must outlive the Job.
+    - name: state
+      persistentVolumeClaim:
+        claimName: {{ .Values.state.existingClaim | default (printf "%s-state" (include "canary.fullname" .)) }}
+    {{- end }}
 {{- end -}}
 
 {{/*
