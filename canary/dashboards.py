@@ -38,7 +38,7 @@ from grafana_foundation_sdk.models import dashboard as gmodel
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from canary.export import schema as s
-from canary.report.grid import VERDICT_COLOR
+from canary.verdicts import VERDICT_COLOR
 
 DATASOURCE = gmodel.DataSourceRef(type_val="prometheus", uid="${datasource}")
 # Dashboard variables filtering cell metrics (name -> label); "All" is the regex .* so a label a
@@ -318,6 +318,16 @@ def overview() -> gdash.Dashboard:
                 span=12,
             ).with_transformation(_organize(CELL_COLUMNS_HIDDEN))
         )
+        .with_row(gdash.Row("Rolling coverage"))
+        .with_panel(
+            _table(
+                "Cell age (rolling coverage)",
+                "Time since each planned cell was last checked: a matrix larger than one night runs its nightly "
+                "cells every night and the rest in rotation (target.kubernetes.gpu_budget, rotation).",
+                _query(f"time() - max by (cell) ({s.CELL_LAST_CHECKED.name}{selector()})", instant=True),
+                span=24,
+            ).with_transformation(_organize(("Time",), {"Value": "age (s)"}))
+        )
         .with_row(gdash.Row("Prefill/decode"))
         .with_panel(
             _timeseries(
@@ -408,6 +418,14 @@ def performance() -> gdash.Dashboard:
                 _query(f"{s.GOODPUT_PER_S.name}{selector()}", "{{cell}} goodput", ref="B"),
             ).override_by_query(
                 "B", [gmodel.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]})]
+            )
+        )
+        .with_panel(
+            _timeseries(
+                "Change points in the run history",
+                s.HISTORY_CHANGE_WORSE.help,
+                "percentunit",
+                _query(f"{s.HISTORY_CHANGE_WORSE.name}{selector()}", "{{cell}} {{metric}}"),
             )
         )
         .with_row(gdash.Row("Latency under load"))

@@ -7,30 +7,33 @@ exporter reads these models; nothing else defines what a result is.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from canary.matrix import Cell
+from canary.verdicts import FAILING_VERDICTS as FAILING_VERDICTS
+from canary.verdicts import INCONCLUSIVE_VERDICTS, Outcome, outcome_of
+from canary.verdicts import VERDICT_SEVERITY as VERDICT_SEVERITY
+from canary.verdicts import Verdict as Verdict
+from canary.verdicts import worst as worst
 
 SCHEMA_VERSION = 1
 
-Verdict = Literal["pass", "fail", "expected-fail", "unexpected-pass", "unsupported", "skipped", "error", "invalid"]
+CAUSE_KEY = "cause"
+"""CheckResult.evidence key: why a check could not measure, in a few words ("client CPU-starved")."""
 
-# Worst first: a cell's verdict is the worst of its checks'.
-VERDICT_SEVERITY: dict[str, int] = {
-    "error": 0,
-    "fail": 1,
-    "unexpected-pass": 2,
-    "invalid": 3,
-    "expected-fail": 4,
-    "pass": 5,
-    "unsupported": 6,
-    "skipped": 7,
+# The latencies the throughput check reports: CheckResult.metrics keys <kind>_<stat>_s with stat
+# mean, p50, p90 or p99 (kind -> what it measures).
+LATENCIES: dict[str, str] = {
+    "ttft": "time to first token",
+    "tpot": "time per output token (after the first)",
+    "itl": "inter-token latency",
+    "e2e": "end-to-end request latency",
 }
-# Verdicts that make `canary run` exit non-zero.
-FAILING_VERDICTS = frozenset({"error", "fail", "unexpected-pass", "invalid"})
+
+# Verdicts, their severity (a cell's verdict is the worst of its checks') and which keep a run from
+# passing are defined once, in canary.verdicts; re-exported here for the result model's users.
 
 
 def utc_now() -> dt.datetime:
@@ -81,6 +84,15 @@ class CellResult(_Model):
         return next((c for c in self.checks if c.name == name), None)
 
 
+class CellCoverage(_Model):
+    """Rolling coverage: when a planned cell was last checked (this run or an earlier one)."""
+
+    cell: Cell = Field(description="The planned cell.")
+    last_checked: dt.datetime | None = Field(None, description="Last time its checks ran (UTC); None: never.")
+    last_verdict: str | None = Field(None, description="Its verdict then.")
+    this_run: bool = Field(False, description="Whether this run checked it.")
+
+
 class RunResult(_Model):
     """One canary run."""
 
@@ -97,6 +109,10 @@ class RunResult(_Model):
     cells: list[CellResult] = Field(default_factory=list, description="Cell results in plan order.")
     canary_version: str = Field("", description="vllm-canary version.")
     interrupted: bool = Field(False, description="The run was stopped by Ctrl-C before it finished.")
+    coverage: list[CellCoverage] = Field(
+        default_factory=list,
+        description="Rotation (Kubernetes waves): every planned cell with its last check, run tonight or not.",
+    )
 
     def counts(self) -> dict[str, int]:
         """Cells per verdict."""
@@ -107,10 +123,15 @@ class RunResult(_Model):
 
     @property
     def ok(self) -> bool:
-        """Whether no cell has a failing verdict."""
+        """Whether no cell has a failing verdict (an inconclusive run is not ok either)."""
         return not any(c.verdict in FAILING_VERDICTS for c in self.cells)
 
+    @property
+    def outcome(self) -> Outcome:
+        """failed (a cell has a definitive finding), inconclusive (the only non-passing cells could
+        not be measured: invalid or error) or ok."""
+        return outcome_of(c.verdict for c in self.cells)
 
-def worst(verdicts: Sequence[Verdict]) -> Verdict:
-    """The worst verdict of a list (pass for an empty list)."""
-    return min(verdicts, key=lambda v: VERDICT_SEVERITY[v]) if verdicts else "pass"
+    def inconclusive_cells(self) -> list[CellResult]:
+        """Cells that could not be measured (invalid or error), in plan order."""
+        return [c for c in self.cells if c.verdict in INCONCLUSIVE_VERDICTS]

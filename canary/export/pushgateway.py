@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from canary.report.atomic import write_atomic
+from canary.atomic import write_atomic
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 SPOOL_SUBDIR = Path(".spool") / "pushgateway"

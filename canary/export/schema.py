@@ -36,7 +36,7 @@ silently override them).
 Cardinality
 -----------
 Bounded by the config, never by time: there is no run id, timestamp, URL or free text in any
-label. A run exposes at most ``SERIES_PER_CELL`` (48) series per cell plus ~15 run series: the
+label. A run exposes at most ``SERIES_PER_CELL`` (54) series per cell plus ~15 run series: the
 CPU default (9 cells) < 450 series, a 500-cell GPU matrix < 25k. Every push replaces the whole
 group, so series of cells no longer in the matrix disappear with the next run. ``verdict`` and
 ``failure_class`` series exist only for the current value (one series per cell), so a change of
@@ -60,7 +60,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from canary import verdicts
+from canary.history.tracked import TRACKED, TRACKED_CHECK
 from canary.matrix import Cell
+from canary.results import LATENCIES as LATENCIES
 from canary.results import CellResult, CheckResult, RunResult
 
 PREFIX = "canary_"
@@ -82,28 +85,18 @@ IMAGE_LABELS: tuple[str, ...] = ("image", "image_ref", "baseline")
 # Labels the Pushgateway's grouping key owns: no metric may define them.
 RESERVED_LABELS = frozenset({"job", "scope", "instance"})
 
-# Numeric status of a verdict, for heatmaps (Grafana value mappings): higher is worse.
-VERDICT_CODES: dict[str, int] = {
-    "pass": 0,
-    "expected-fail": 1,
-    "skipped": 2,
-    "unsupported": 3,
-    "unexpected-pass": 4,
-    "invalid": 5,
-    "fail": 6,
-    "error": 7,
-}
-FAILING_VERDICT_REGEX = "fail|error|unexpected-pass|invalid"
+# Numeric status of a verdict, for heatmaps (Grafana value mappings): 0 pass, higher is worse.
+# Codes, outcome classes and their order come from the one verdict table (canary.verdicts).
+VERDICT_CODES: dict[str, int] = verdicts.VERDICT_CODES
+# Verdicts that keep a run from passing; those that page (CanaryCellFailing); those that say the
+# canary could not measure (CanaryRunInconclusive reads the run outcome instead).
+FAILING_VERDICT_REGEX = verdicts.regex(verdicts.FAILING_VERDICTS)
+DEFINITIVE_FAILURE_REGEX = verdicts.regex(verdicts.DEFINITIVE_FAILURES)
+INCONCLUSIVE_VERDICT_REGEX = verdicts.regex(verdicts.INCONCLUSIVE_VERDICTS)
 
 # Latency percentiles: label value -> CheckResult.metrics key infix. The label is not called
 # `quantile`: Prometheus reserves that for summaries (promtool check metrics).
 PERCENTILES: tuple[str, ...] = ("p50", "p90", "p99")
-LATENCIES: dict[str, str] = {
-    "ttft": "time to first token",
-    "tpot": "time per output token (after the first)",
-    "itl": "inter-token latency",
-    "e2e": "end-to-end request latency",
-}
 
 _FAILURE_CLASS = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
@@ -145,8 +138,9 @@ def _cell(name: str, help_text: str, unit: str = "", *extra: str) -> MetricSpec:
 CELL_VERDICT = _cell("cell_verdict", "1 for the cell's verdict in the last run (label verdict).", "", "verdict")
 CELL_STATUS = _cell(
     "cell_status_code",
-    "The cell's verdict as a number (0 pass, 1 expected-fail, 2 skipped, 3 unsupported, "
-    "4 unexpected-pass, 5 invalid, 6 fail, 7 error): higher is worse.",
+    "The cell's verdict as a number ("
+    + ", ".join(f"{code} {verdict}" for verdict, code in VERDICT_CODES.items())
+    + "): higher is worse.",
 )
 CELL_DURATION = _cell("cell_duration_seconds", "Wall time of the cell: deploy, checks, teardown.", "seconds")
 CHECK_VERDICT = _cell(
@@ -211,6 +205,23 @@ DECODE_RECOMPUTED = _cell(
     "ratio",
 )
 NIXL_FAILED = _cell("nixl_failed_transfers", "NIXL transfers that failed during the checks.")
+HISTORY_CHANGE_WORSE = _cell(
+    "history_change_worse_ratio",
+    "How much worse a throughput metric (label metric) got at a change point of the run history "
+    "(E-Divisive, canary/history), as a fraction of the earlier mean; only while the change point lies "
+    "within the last export.history.recent_runs runs.",
+    "ratio",
+    "metric",
+)
+# Rolling coverage (Kubernetes waves): every planned cell, checked tonight or not. A timestamp, not
+# an age, so the age stays true between runs: dashboards show time() - this.
+CELL_LAST_CHECKED = _cell(
+    "cell_last_checked_timestamp_seconds",
+    "When the cell's checks last ran (Unix time; age = time() - value). Every planned cell of a rotating "
+    "matrix, also those not run tonight; cells never checked have no series.",
+    "seconds",
+)
+COVERAGE_METRICS: tuple[MetricSpec, ...] = (CELL_LAST_CHECKED,)
 
 RUN_TIMESTAMP = MetricSpec(PREFIX + "run_timestamp_seconds", "When the last run finished (Unix time).", "seconds", ())
 RUN_DURATION = MetricSpec(PREFIX + "run_duration_seconds", "Wall time of the last run.", "seconds", ())
@@ -218,6 +229,14 @@ RUN_CELLS = MetricSpec(
     PREFIX + "run_cells", "Cells of the last run, by verdict (every verdict, 0 included).", "", ("verdict",)
 )
 RUN_INTERRUPTED = MetricSpec(PREFIX + "run_interrupted", "1 when the last run was stopped before it finished.", "", ())
+RUN_OUTCOME = MetricSpec(
+    PREFIX + "run_outcome_code",
+    "Outcome of the last run ("
+    + ", ".join(f"{code} {outcome}" for outcome, code in verdicts.OUTCOME_CODES.items())
+    + "): inconclusive when the only cells that did not pass could not be measured (invalid, error).",
+    "",
+    (),
+)
 RUN_INFO = MetricSpec(PREFIX + "run_info", "1; labels describe the last run.", "", RUN_LABELS)
 IMAGE_INFO = MetricSpec(
     PREFIX + "image_info", '1 per image of the last run; baseline="true" marks the baseline image.', "", IMAGE_LABELS
@@ -244,6 +263,7 @@ CHECK_METRICS: tuple[CheckMetric, ...] = (
     CheckMetric(NIXL_BYTES, "kv_transfer", "nixl_bytes_transferred"),
     CheckMetric(NIXL_FAILED, "kv_transfer", "nixl_failed_transfers"),
     CheckMetric(DECODE_RECOMPUTED, "kv_transfer", "decode_recomputed_token_share"),
+    *(CheckMetric(HISTORY_CHANGE_WORSE, TRACKED_CHECK, key, (("metric", metric),)) for metric, key in TRACKED.items()),
 )
 # The contract with the checks: check name -> the CheckResult.metrics keys the exporters read.
 CHECK_METRIC_KEYS: dict[str, tuple[str, ...]] = {}
@@ -259,12 +279,20 @@ CELL_METRICS: tuple[MetricSpec, ...] = (
     CHECK_DURATION,
     STARTUP_FAILURE,
 )
-RUN_METRICS: tuple[MetricSpec, ...] = (RUN_TIMESTAMP, RUN_DURATION, RUN_CELLS, RUN_INTERRUPTED, RUN_INFO, IMAGE_INFO)
+RUN_METRICS: tuple[MetricSpec, ...] = (
+    RUN_TIMESTAMP,
+    RUN_DURATION,
+    RUN_CELLS,
+    RUN_INTERRUPTED,
+    RUN_OUTCOME,
+    RUN_INFO,
+    IMAGE_INFO,
+)
 
 
 def _all_specs() -> tuple[MetricSpec, ...]:
     seen: dict[str, MetricSpec] = {}
-    for spec in (*CELL_METRICS, *(m.spec for m in CHECK_METRICS), *RUN_METRICS):
+    for spec in (*CELL_METRICS, *(m.spec for m in CHECK_METRICS), *RUN_METRICS, *COVERAGE_METRICS):
         seen.setdefault(spec.name, spec)
     return tuple(seen.values())
 
@@ -272,8 +300,9 @@ def _all_specs() -> tuple[MetricSpec, ...]:
 ALL_METRICS: tuple[MetricSpec, ...] = _all_specs()
 METRICS_BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in ALL_METRICS}
 # Upper bound of series one cell can produce (for the cardinality estimate above).
-# 4 cell series (verdict, status, duration, failure), 3 per check (6 check names), the check numbers.
-SERIES_PER_CELL = 4 + 3 * 6 + len(CHECK_METRICS)
+# 4 cell series (verdict, status, duration, failure), 3 per check (6 check names), the check numbers,
+# the last-checked time.
+SERIES_PER_CELL = 4 + 3 * 6 + len(CHECK_METRICS) + len(COVERAGE_METRICS)
 
 
 # --------------------------------------------------------------------------- samples
@@ -358,6 +387,7 @@ def _run_samples(run: RunResult) -> Iterator[Sample]:
     for verdict in VERDICT_CODES:
         yield Sample(RUN_CELLS.name, {"verdict": verdict}, float(counts.get(verdict, 0)))
     yield Sample(RUN_INTERRUPTED.name, {}, 1.0 if run.interrupted else 0.0)
+    yield Sample(RUN_OUTCOME.name, {}, float(verdicts.OUTCOME_CODES[run.outcome]))
     yield Sample(
         RUN_INFO.name,
         {
@@ -381,8 +411,12 @@ def samples(run: RunResult) -> list[Sample]:
     out = list(_run_samples(run))
     for result in run.cells:
         out.extend(_cell_samples(result))
+    for seen in run.coverage:
+        if seen.last_checked is not None:
+            out.append(Sample(CELL_LAST_CHECKED.name, cell_labels(seen.cell), seen.last_checked.timestamp()))
     order = {
-        spec.name: index for index, spec in enumerate((*RUN_METRICS, *CELL_METRICS, *(m.spec for m in CHECK_METRICS)))
+        spec.name: index
+        for index, spec in enumerate((*RUN_METRICS, *CELL_METRICS, *(m.spec for m in CHECK_METRICS), *COVERAGE_METRICS))
     }
     return sorted(out, key=lambda s: order[s.name])
 
@@ -436,6 +470,7 @@ def exposition(run: RunResult) -> bytes:
 def metrics_markdown() -> str:
     """The metric reference as a Markdown table, for the README."""
     sources = {m.spec.name: f"`{m.check}`: `{m.key}`" for m in CHECK_METRICS}
+    sources[CELL_LAST_CHECKED.name] = "rotation state"
     for m in CHECK_METRICS:
         if m.extra:
             sources[m.spec.name] = f"`{m.check}`: `{m.key.replace(m.extra[0][1], '<' + m.extra[0][0] + '>')}`"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from canary.atomic import write_atomic
 from canary.export.schema import exposition
-from canary.report.atomic import write_atomic
 from canary.results import RunResult
 
 DEFAULT_NAME = "vllm_canary.prom"

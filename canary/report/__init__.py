@@ -1,15 +1,16 @@
-"""Writers of a run's results into results/<run-id>/: results.json, junit.xml, summary.md,
-summary.html and canary.prom (the Prometheus textfile of the run); `latest` points at the newest run."""
+"""Writers of a run's reports into results/<run-id>/: results.json, junit.xml, summary.md and
+summary.html; `latest` points at the newest run.
+
+Reports never import canary.export (nor the reverse): the orchestration (canary.orchestrate)
+writes the run's Prometheus textfile beside them."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from canary.report.atomic import write_atomic
+from canary.atomic import write_atomic
 from canary.results import RunResult
-
-TEXTFILE_NAME = "canary.prom"
 
 
 def write_json(run: RunResult, run_dir: Path) -> Path:
@@ -29,12 +30,11 @@ def point_latest(results_root: Path, run_dir: Path) -> Path:
 
 
 def write_all(run: RunResult, run_dir: Path, *, junit: bool = True, html: bool = True) -> list[Path]:
-    """Write every result file of a run; returns the paths written.
+    """Write every report of a run; returns the paths written.
 
     results.json first (the source of truth; the others are views of it). junit/html follow the
     config's export.junit / export.html.
     """
-    from canary.export.textfile import write_textfile
     from canary.report.html import write_html
     from canary.report.junit import write_junit
     from canary.report.markdown import write_markdown
@@ -45,5 +45,4 @@ def write_all(run: RunResult, run_dir: Path, *, junit: bool = True, html: bool =
     written.append(write_markdown(run, run_dir))
     if html:
         written.append(write_html(run, run_dir))
-    written.append(write_textfile(run, run_dir / TEXTFILE_NAME))
     return written

@@ -8,40 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from canary.export.schema import LATENCIES
-from canary.results import CellResult, CheckResult, RunResult
-
-# Verdict presentation shared by every report.
-VERDICT_SYMBOL: dict[str, str] = {
-    "pass": "✅",
-    "fail": "❌",
-    "error": "💥",
-    "expected-fail": "☑️",
-    "unexpected-pass": "⚠️",
-    "invalid": "❓",
-    "unsupported": "🚫",
-    "skipped": "⏭️",
-}
-VERDICT_COLOR: dict[str, str] = {
-    "pass": "#2e7d32",
-    "expected-fail": "#1565c0",
-    "skipped": "#9e9e9e",
-    "unsupported": "#757575",
-    "unexpected-pass": "#ef6c00",
-    "invalid": "#6a1b9a",
-    "fail": "#c62828",
-    "error": "#7f0000",
-}
-VERDICT_RICH_STYLE: dict[str, str] = {
-    "pass": "bold green",
-    "expected-fail": "blue",
-    "skipped": "dim",
-    "unsupported": "dim",
-    "unexpected-pass": "bold yellow",
-    "invalid": "magenta",
-    "fail": "bold red",
-    "error": "bold white on red",
-}
+from canary.results import LATENCIES, CellResult, CheckResult, RunResult
 
 
 @dataclass
@@ -101,6 +68,8 @@ def sections(run: RunResult) -> list[Section]:
         parts = [cell.model] if vary_model else []
         parts += [cell.kv_cache_dtype] if vary_dtype else []
         parts += [cell.runner] if vary_runner else []
+        if cell.mixed:  # a mixed pair shares its grid slot with the homogeneous pair: name decode's side
+            parts.append(f"decode {cell.image_for('decode')}/{cell.runner_for('decode')}")
         section.entries.setdefault((row, column), []).append(Entry(result, " ".join(parts)))
     for section in out.values():
         section.rows.sort(key=_block_sort_key)

@@ -7,19 +7,19 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from canary.export.schema import LATENCIES
-from canary.report.atomic import write_atomic
+from canary.atomic import write_atomic
 from canary.report.grid import (
     DETAIL_COLUMNS,
-    VERDICT_COLOR,
     accuracy_interval,
     fmt,
     log_excerpt,
     number,
     sections,
 )
+from canary.report.outcome import attempts_line, headline, status_word
 from canary.report.svg import BAR_COLORS, Bar, Tile, hbar_chart, heatmap
-from canary.results import FAILING_VERDICTS, RunResult
+from canary.results import LATENCIES, RunResult
+from canary.verdicts import FAILING_VERDICTS, OUTCOME_COLOR, VERDICT_COLOR
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#212121;max-width:1400px}
@@ -28,6 +28,7 @@ table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #e0e0e0;pad
 th{background:#f5f5f5}.v{color:#fff;padding:1px 6px;border-radius:3px;white-space:nowrap}
 .grid{display:flex;flex-wrap:wrap;gap:16px}pre{background:#f5f5f5;padding:8px;overflow-x:auto;font-size:12px}
 .legend span{margin-right:10px}
+.outcome{font-weight:bold;padding:6px 10px;border-left:6px solid}
 """
 
 
@@ -154,6 +155,8 @@ def _failures(run: RunResult) -> str:
             pre = f"<pre>{escape(excerpt[-6000:])}</pre>" if excerpt else ""
             fclass = check.evidence.get("failure_class")
             fc = f" (failure class <code>{escape(str(fclass))}</code>)" if fclass else ""
+            tries = attempts_line(check)
+            fc += f"<br>{escape(tries)}" if tries else ""
             items.append(
                 f"<li><b>{escape(check.name)}</b> {_badge(check.verdict)} {escape(check.summary)}{fc}"
                 f"<ul>{gates}</ul>{pre}</li>"
@@ -172,7 +175,8 @@ def render(run: RunResult) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>vllm-canary {escape(run.run_id)}</title>
 <style>{CSS}</style></head><body>
-<h1>vllm-canary run <code>{escape(run.run_id)}</code>: {"OK" if run.ok else "FAILED"}</h1>
+<h1>vllm-canary run <code>{escape(run.run_id)}</code>: {status_word(run)}</h1>
+<p class="outcome {run.outcome}" style="border-color:{OUTCOME_COLOR[run.outcome]}">{escape(headline(run))}</p>
 <p>config <code>{escape(run.config_name)}</code>, platform <code>{escape(run.platform)}</code>, target
 <code>{escape(run.target)}</code>; started {escape(run.started_at.isoformat(timespec="seconds"))}, finished
 {escape(finished)} ({run.duration_s:.0f} s){" <b>interrupted</b>" if run.interrupted else ""}; cells: {counts}</p>

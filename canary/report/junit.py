@@ -12,7 +12,7 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from canary.report.atomic import write_atomic
+from canary.atomic import write_atomic
 from canary.report.grid import log_excerpt
 from canary.results import CellResult, CheckResult, RunResult
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from canary.report.atomic import write_atomic
+from canary.atomic import write_atomic
 from canary.report.grid import (
     DETAIL_COLUMNS,
-    VERDICT_SYMBOL,
     Section,
     accuracy_interval,
     fmt,
@@ -15,7 +14,9 @@ from canary.report.grid import (
     number,
     sections,
 )
-from canary.results import FAILING_VERDICTS, CellResult, RunResult
+from canary.report.outcome import attempts_line, headline, status_word
+from canary.results import CellResult, RunResult
+from canary.verdicts import FAILING_VERDICTS, VERDICT_SYMBOL
 
 MAX_EXCERPT_LINES = 30
 
@@ -87,6 +88,8 @@ def _failures(run: RunResult) -> list[str]:
             lines.append(f"- **{check.name}**: {check.verdict}: {check.summary}")
             if check.evidence.get("failure_class"):
                 lines.append(f"  - failure class: `{check.evidence['failure_class']}`")
+            if tries := attempts_line(check):
+                lines.append(f"  - {tries}")
             if check.evidence.get("failure_hint"):
                 lines.append(f"  - hint: {_escape(str(check.evidence['failure_hint']))}")
             for gate in check.gates:
@@ -104,10 +107,12 @@ def _failures(run: RunResult) -> list[str]:
 def render(run: RunResult) -> str:
     """The Markdown summary of a run."""
     counts = ", ".join(f"{VERDICT_SYMBOL[v]} {v}: {n}" for v, n in sorted(run.counts().items()))
-    status = "OK" if run.ok else "FAILED"
+    status = status_word(run)
     finished = run.finished_at.isoformat(timespec="seconds") if run.finished_at else "not finished"
     lines = [
         f"# vllm-canary run `{run.run_id}`: {status}",
+        "",
+        f"**{_escape(headline(run))}**",
         "",
         f"- config: `{run.config_name}` ({run.config_path or 'n/a'}), platform `{run.platform}`, target `{run.target}`",
         f"- started {run.started_at.isoformat(timespec='seconds')}, finished {finished}, {run.duration_s:.0f} s"

@@ -23,8 +23,9 @@ from pathlib import Path
 import yaml
 
 from canary.config import CanaryConfig, validate_config
+from canary.history.tracked import TRACKED
 from canary.matrix import Cell, plan
-from canary.results import CellResult, CheckResult, Gate, RunResult
+from canary.results import CellCoverage, CellResult, CheckResult, Gate, RunResult
 from canary.runner import apply_expectation
 
 SAMPLE_CONFIG = """
@@ -124,6 +125,8 @@ def _throughput(cell: Cell, rps: float, baseline_rps: float | None) -> CheckResu
         ratio = rps / baseline_rps
         passed = ratio >= 0.8
         verdict = "pass" if passed else "fail"
+        if not passed:  # the history found the drop too (canary.history)
+            metrics[TRACKED["output_tokens_per_s"]] = round(1.0 - ratio, 6)
         gates.append(
             Gate(
                 name="regression-vs-baseline",
@@ -281,6 +284,12 @@ def sample_run(finished_at: dt.datetime | None = None, run_id: str | None = None
         duration_s=(end - started).total_seconds(),
         cells=cells,
         canary_version="0.1.0",
+        # rolling coverage as a rotating (Kubernetes waves) run records it: every planned cell
+        coverage=[
+            CellCoverage(cell=r.cell, last_checked=r.started_at, last_verdict=r.verdict, this_run=True)
+            for r in cells
+            if r.cell.status == "planned"
+        ],
     )
 
 

@@ -9,8 +9,10 @@ from rich.table import Table
 from rich.text import Text
 
 from canary.config import CheckName
-from canary.report.grid import DETAIL_COLUMNS, VERDICT_RICH_STYLE, Section, fmt, number, sections
+from canary.report.grid import DETAIL_COLUMNS, Section, fmt, number, sections
+from canary.report.outcome import headline
 from canary.results import RunResult
+from canary.verdicts import OUTCOME_RICH_STYLE, VERDICT_RICH_STYLE
 
 CHECKS: tuple[str, ...] = get_args(CheckName)
 
@@ -69,3 +71,8 @@ def _numbers(run: RunResult) -> Table:
 def render_grid(run: RunResult) -> Group:
     """The matrix grids per image and topology, then the per-cell verdicts and numbers."""
     return Group(*(_grid(section) for section in sections(run)), _cells(run), _numbers(run))
+
+
+def outcome_line(run: RunResult) -> Text:
+    """The run's outcome in one styled line (OK / INCONCLUSIVE / FAILED and why): `canary run`'s last line."""
+    return Text(headline(run), style=OUTCOME_RICH_STYLE[run.outcome])

@@ -30,8 +30,10 @@ from promhelpers import (
 
 from canary.export import export_run
 from canary.export import schema as s
+from canary.history.tracked import TRACKED
 from canary.report.sample import sample_run
-from canary.results import FAILING_VERDICTS, CellResult, RunResult
+from canary.results import CellResult, RunResult
+from canary.verdicts import DEFINITIVE_FAILURES
 
 pytestmark = pytest.mark.prometheus
 
@@ -159,7 +161,9 @@ def _expected_alerts(run: RunResult) -> dict[str, set[str]]:
         if c.cell.image != run.baseline_image and tps is not None and base and tps / base < 0.8:
             regression.add(c.cell.id)
     return {
-        "CanaryCellFailing": {c.cell.id for c in run.cells if c.verdict in FAILING_VERDICTS},
+        "CanaryCellFailing": {c.cell.id for c in run.cells if c.verdict in DEFINITIVE_FAILURES},
+        # A run-level alert (no cell label): "" when the run is inconclusive.
+        "CanaryRunInconclusive": {""} if run.outcome == "inconclusive" else set(),
         "CanaryAccuracyBelowGate": {
             i
             for i in ids
@@ -171,6 +175,10 @@ def _expected_alerts(run: RunResult) -> dict[str, set[str]]:
             i for i in ids if (b := metric(i, "kv_transfer", "nixl_bytes_transferred")) is not None and b < 1
         },
         "CanaryStale": set(),
+        # The run history's recent worse change points, handed to the exporters in the throughput metrics.
+        "CanaryHistoryChangePoint": {
+            i for i in ids for key in TRACKED.values() if (v := metric(i, "throughput", key)) is not None and v > 0
+        },
     }
 
 
@@ -184,7 +192,7 @@ def test_every_alert_expression_returns_exactly_the_cells_it_should(prom_stack: 
     rules = _rules()
     assert set(rules) == set(expected)
     for name, cells in expected.items():
-        if name != "CanaryStale":
+        if name not in ("CanaryStale", "CanaryRunInconclusive"):  # those: their own tests
             assert cells, f"the sample run does not exercise {name}"
         result = [r for r in prom_stack.query(rules[name]) if r["metric"].get("scope") == pushed.scope]
         assert {r["metric"].get("cell", "") for r in result} == cells, name

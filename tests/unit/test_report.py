@@ -11,6 +11,7 @@ import pytest
 from rich.console import Console
 
 from canary.export import schema
+from canary.orchestrate import write_results
 from canary.report import html as html_report
 from canary.report import junit, markdown, point_latest, write_all
 from canary.report.grid import sections
@@ -24,15 +25,20 @@ def run() -> RunResult:
     return sample_run()
 
 
-def test_write_all_writes_every_file_and_json_round_trips(run: RunResult, tmp_path: Path) -> None:
+def test_write_all_writes_every_report_and_json_round_trips(run: RunResult, tmp_path: Path) -> None:
     written = write_all(run, tmp_path)
-    assert [p.name for p in written] == ["results.json", "junit.xml", "summary.md", "summary.html", "canary.prom"]
+    assert [p.name for p in written] == ["results.json", "junit.xml", "summary.md", "summary.html"]
     assert RunResult.model_validate_json((tmp_path / "results.json").read_text()) == run
-    assert (tmp_path / "canary.prom").read_bytes() == schema.exposition(run)
     assert not list(tmp_path.glob(".*tmp"))  # atomic writes leave no temp files
     (tmp_path / "x").mkdir()
     only = write_all(run, tmp_path / "x", junit=False, html=False)
-    assert [p.name for p in only] == ["results.json", "summary.md", "canary.prom"]
+    assert [p.name for p in only] == ["results.json", "summary.md"]
+
+
+def test_the_orchestration_writes_the_textfile_beside_the_reports(run: RunResult, tmp_path: Path) -> None:
+    written = write_results(run, tmp_path, junit=False)
+    assert [p.name for p in written] == ["results.json", "summary.md", "summary.html", "canary.prom"]
+    assert (tmp_path / "canary.prom").read_bytes() == schema.exposition(run)
 
 
 def test_point_latest_follows_the_newest_run(run: RunResult, tmp_path: Path) -> None:

@@ -1,0 +1,133 @@
+"""canary's import structure, read from the source (ast): no import cycle, and canary.report and
+canary.export never import each other (a run's reports and its exports are two views of the
+result model; the orchestration calls both).
+
+Every import counts, also those inside functions: an import deferred to dodge a cycle is still one.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+from canary.paths import REPO_ROOT
+
+CANARY = REPO_ROOT / "canary"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES: dict[str, Path] = {module_name(p): p for p in sorted(CANARY.rglob("*.py"))}
+
+
+def _resolve(name: str) -> str | None:
+    """The canary module an imported name lands in (the longest existing module prefix)."""
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in MODULES:
+            return candidate
+        parts.pop()
+    return None
+
+
+def imports_of(module: str) -> Iterator[str]:
+    """The canary modules a module imports (anywhere in it)."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            found = _resolve(target)
+            if found is not None and found != module:
+                yield found
+
+
+GRAPH: dict[str, set[str]] = {module: set(imports_of(module)) for module in MODULES}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(graph.get(node, ())):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_graph_sees_deferred_and_relative_imports() -> None:
+    assert "canary.export" in GRAPH["canary.orchestrate"]  # imported inside run_and_report
+    assert "canary.verdicts" in GRAPH["canary.results"]
+
+
+def test_report_and_export_never_import_each_other() -> None:
+    crossing = [
+        f"{a} imports {b}"
+        for a, targets in GRAPH.items()
+        for b in targets
+        for x, y in (("canary.report", "canary.export"), ("canary.export", "canary.report"))
+        if (a == x or a.startswith(x + ".")) and (b == y or b.startswith(y + "."))
+    ]
+    assert not crossing, crossing
+
+
+# Cycles being removed by their own pieces of issue 15.3 (a ratchet, not a pass: a new cycle fails,
+# and so does an entry here once its cycle is gone, so the list only shrinks to empty).
+KNOWN_CYCLES: dict[tuple[str, ...], str] = {
+    ("canary.catalog", "canary.config"): "catalog validation moves into a loader (issue 15.3)",
+    ("canary.matrix", "canary.pairwise"): "Cell gets its own module (issue 15.3)",
+}
+
+
+def test_canary_has_no_import_cycle() -> None:
+    found = {tuple(c) for c in cycles(GRAPH)}
+    new = sorted(found - set(KNOWN_CYCLES))
+    assert not new, "import cycles in canary/: " + "; ".join(" <-> ".join(c) for c in new)
+    gone = sorted(set(KNOWN_CYCLES) - found)
+    assert not gone, f"fixed, remove from KNOWN_CYCLES: {gone}"
