@@ -1,195 +1,102 @@
-"""Greedy token parity: P/D against its aggregated control, token for token.
+"""Parity: KV fidelity of P/D against its aggregated control, calibrated against the control's own noise.
 
-Every cell (aggregated or P/D) sends the same fixed prompts, given as token ids so their lengths
-are exact: the configured lengths (checks.parity.prompt_lengths) plus, with block_relative, B-1,
-B+1 and 2B+1 for every block size B of the matrix (shorter than a block, just across one, across
-several). The prompt ids are a fixed English text tokenized by the engine's own /tokenize and
-cut to length, so every cell of a model gets identical ids. Each prompt is completed greedily
-(temperature 0, ignore_eos, max_tokens) with `return_token_ids`.
+Prompts (canary/checks/parity_prompts.py) are in-domain items (GSM8K format, held-out split) cut at
+block-relative lengths, identical token ids in every cell of a model.
 
-Aggregated cells record their outputs in this check's evidence and pass. P/D cells compare with
-the control's recorded outputs (ctx.control_for()); without a control that ran parity, the P/D
-cell's own prefill server is asked directly (a plain, non-disaggregated request to the same
-engine build) and the evidence says so. Metrics: parity_match_rate (prompts whose output tokens
-are identical) and parity_first_diff_min (earliest differing output position over all prompts;
-max_tokens when nothing differs). The gate: match rate >= min_match_rate (1.0 on CPU).
+An aggregated cell measures the *reference* on itself, per prompt:
+  miss    greedy generation with top-k logprobs, one request at a time (first sight of the prompt:
+          prefix-cache miss, batch of one);
+  again   the same request inside one concurrent wave with every other prompt's requests (a
+          prefix-cache hit in another batch composition);
+  forced  its own greedy output re-scored teacher-forced (prompt_logprobs, max_tokens 1);
+  altered the prompt with its first block replaced (dependence_tokens generated): the evidence
+          check. A prompt is *evidence* only if this changes the greedy tokens or moves a
+          generated logprob by dependence_min_nats (and beyond the null arm); the others are
+          listed as rejected, with the reason.
+The null arm (the noise floor) is miss vs again (generation vs generation) and miss vs forced
+(teacher-forced vs generated). Too few evidence prompts: `invalid`, never pass.
+
+A P/D cell generates every prompt through its router, and its own prefill server (a plain request,
+no KV transfer) re-scores the P/D output teacher-forced. Compared (canary/fidelity.py):
+  P/D generation vs the control's miss generation: greedy tokens, top-k KL;
+  P/D generation vs the teacher-forced control scoring of the same tokens: top-k KL, max |delta
+  logprob| and top-1 agreement at every position, even where greedy tokens agree.
+Each is gated against the matching null comparisons (canary/fidelity_gate.py): margin x floor +
+tolerance, exact when the floor is 0 (CPU), else a binomial exceedance test at alpha. Every failing
+prompt gets its first divergent position, the KV block it falls in on each side (logical and
+kernel) and a diagnosis across prompt lengths, in the evidence and the summary.
+
+Without a control that ran parity, the P/D cell measures the reference on its own prefill server
+(plain requests) and the evidence says so. An aggregated cell on a candidate image also compares its
+reference with the same cell on the baseline image (canary/checks/parity_drift.py): drift.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import urllib.error
-import urllib.request
-from dataclasses import asdict, dataclass
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from canary.checks.base import CheckContext, register
-from canary.config import CanaryConfig
-from canary.errors import CanaryError
+from canary.checks.parity_client import ParityError, generate, rescore, tokenize
+from canary.checks.parity_drift import judge_drift
+from canary.checks.parity_prompts import (
+    ParityPrompt,
+    PromptError,
+    block_sizes,
+    build_prompts,
+    prompt_lengths,
+    source_items,
+)
+from canary.checks.parity_reference import (
+    CACHE_BATCH_ARM,
+    FORCED_NULL_ARM,
+    GEN_NULL_ARMS,
+    Reference,
+    judge_evidence,
+    reference_from_evidence,
+    thresholds,
+)
+from canary.config import ParityCheckConfig
+from canary.fidelity import Fidelity, Series, compare
+from canary.fidelity_gate import (
+    BlockSide,
+    FloorGate,
+    TokenGate,
+    diagnose,
+    first_divergence,
+    floor_gate,
+    locate,
+    token_gate,
+)
 from canary.results import CheckResult, Gate
 
-SOURCE_TEXT = (
-    "A farmer keeps sheep, goats and chickens on a small farm near the river. Every morning she counts "
-    "the animals, writes the numbers in a notebook and sells eggs at the market in the town. "
-    "Question: Tom has 3 apples and buys 4 more. How many apples does Tom have now?\nAnswer: 3 + 4 = 7\n"
-    "#### 7\n\n"
-)
 
-
-class ParityError(CanaryError):
-    """Parity could not be measured (endpoint unreachable, unexpected response)."""
-
-
-@dataclass(frozen=True)
-class PromptOutput:
-    """One prompt and the greedy tokens generated for it."""
-
-    length: int
-    prompt_sha: str
-    output_ids: list[int]
-
-
-def prompt_lengths(config: CanaryConfig) -> list[int]:
-    """The prompt lengths every cell uses: configured + block-relative ones, within the model length."""
-    parity = config.checks.parity
-    lengths = set(parity.prompt_lengths)
-    if parity.block_relative:
-        blocks = set(config.matrix.prefill_block_sizes) | set(config.matrix.decode_block_sizes or [])
-        blocks |= {c.prefill_block_size for c in config.matrix.include}
-        blocks |= {c.decode_block_size for c in config.matrix.include}
-        for block in blocks:
-            lengths |= {block - 1, block + 1, 2 * block + 1}
-    limit = min(m.max_model_len for m in config.models) - parity.max_tokens
-    return sorted(n for n in lengths if 1 <= n <= limit)
-
-
-def _post(url: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            data = json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode("utf-8", errors="replace")[:300]
-        raise ParityError(f"POST {url}: HTTP {exc.code}: {detail}") from None
-    except (OSError, ValueError) as exc:
-        raise ParityError(f"POST {url}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ParityError(f"POST {url}: expected a JSON object")
-    return data
-
-
-def _root(base_url: str) -> str:
-    return base_url.rstrip("/").removesuffix("/v1")
-
-
-def tokenize(base_url: str, model: str, text: str, timeout_s: float = 60.0) -> list[int]:
-    """Token ids of `text` (with the model's special tokens, e.g. BOS) from the server's /tokenize."""
-    data = _post(f"{_root(base_url)}/tokenize", {"model": model, "prompt": text, "add_special_tokens": True}, timeout_s)
-    tokens = data.get("tokens")
-    if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
-        raise ParityError(f"{base_url}/tokenize returned no token ids")
-    return tokens
-
-
-def build_prompts(base_url: str, model: str, lengths: list[int]) -> list[list[int]]:
-    """Token-id prompts of exactly the given lengths, cut from one tokenization of SOURCE_TEXT."""
-    longest = max(lengths, default=0)
-    text, ids = SOURCE_TEXT, tokenize(base_url, model, SOURCE_TEXT)
-    while len(ids) < longest:
-        text += SOURCE_TEXT
-        ids = tokenize(base_url, model, text)
-    return [ids[:n] for n in lengths]
-
-
-def prompt_sha(ids: list[int]) -> str:
-    """Short fingerprint of a token-id prompt (identical prompts across cells)."""
-    return hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]
-
-
-def complete_greedy(base_url: str, model: str, prompt: list[int], max_tokens: int, timeout_s: float) -> list[int]:
-    """The greedy output token ids for a token-id prompt."""
-    body = {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0.0,
-        "ignore_eos": True,
-        "return_token_ids": True,
-    }
-    data = _post(f"{_root(base_url)}/v1/completions", body, timeout_s)
-    try:
-        choice = data["choices"][0]
-        out = choice["token_ids"]
-    except (KeyError, IndexError, TypeError):
-        raise ParityError(f"{base_url}: completion without token_ids: {json.dumps(data)[:300]}") from None
-    got_prompt = choice.get("prompt_token_ids")
-    if isinstance(got_prompt, list) and got_prompt != prompt:
-        raise ParityError(f"{base_url}: the server saw {len(got_prompt)} prompt tokens instead of {len(prompt)}")
-    if not isinstance(out, list):
-        raise ParityError(f"{base_url}: token_ids is not a list")
-    return [int(t) for t in out]
-
-
-def run_prompts(
-    base_url: str, model: str, prompts: list[list[int]], max_tokens: int, timeout_s: float = 120.0
-) -> list[PromptOutput]:
-    """Complete every prompt greedily, one after another."""
-    return [
-        PromptOutput(len(p), prompt_sha(p), complete_greedy(base_url, model, p, max_tokens, timeout_s)) for p in prompts
-    ]
-
-
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    """Index of the first differing token (the shorter length if one is a prefix), None if equal."""
-    for index, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return index
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Candidate vs reference over the shared prompts."""
-
-    compared: int
-    matched: int
-    first_diff_min: int | None
-    per_prompt: list[dict[str, Any]]
-
-    @property
-    def match_rate(self) -> float:
-        """Share of compared prompts with identical output tokens."""
-        return self.matched / self.compared if self.compared else 0.0
-
-
-def compare(candidate: list[PromptOutput], reference: list[PromptOutput]) -> Comparison:
-    """Compare outputs of the same prompts (matched by fingerprint)."""
-    by_sha = {r.prompt_sha: r for r in reference}
-    rows: list[dict[str, Any]] = []
-    matched, diffs = 0, []
-    for out in candidate:
-        ref = by_sha.get(out.prompt_sha)
-        if ref is None:
-            continue
-        diff = first_difference(out.output_ids, ref.output_ids)
-        matched += diff is None
-        if diff is not None:
-            diffs.append(diff)
-        rows.append({"length": out.length, "match": diff is None, "first_diff": diff})
-    return Comparison(len(rows), matched, min(diffs) if diffs else None, rows)
-
-
-def _reference_from_control(ctx: CheckContext) -> tuple[list[PromptOutput] | None, str]:
-    control = ctx.control_for()
-    if control is None:
-        return None, "no aggregated control started"
-    parity = control.check("parity")
-    if parity is None or "outputs" not in parity.evidence:
-        return None, f"control {control.cell.id} recorded no parity outputs"
-    return [PromptOutput(**row) for row in parity.evidence["outputs"]], f"control {control.cell.id}"
+def measure_reference(
+    base_url: str, model: str, prompts: Sequence[ParityPrompt], settings: ParityCheckConfig
+) -> tuple[list[Reference], dict[str, Any]]:
+    """The control's reference, null arm and evidence check (see the module doc): every prompt once,
+    one after another (batch of one, prefix-cache miss); then one concurrent wave of every prompt
+    again (a prefix-cache hit in another batch composition), every altered twin and every
+    teacher-forced re-scoring."""
+    k, n, timeout = settings.top_logprobs, settings.max_tokens, settings.request_timeout_s
+    miss = [generate(base_url, model, p.ids, n, k, timeout) for p in prompts]
+    with ThreadPoolExecutor(max_workers=settings.null_concurrency, thread_name_prefix="parity-wave") as pool:
+        loaded = [pool.submit(generate, base_url, model, p.ids, n, k, timeout) for p in prompts]
+        twin_n = min(n, settings.dependence_tokens)
+        altered = [pool.submit(generate, base_url, model, p.altered_ids, twin_n, k, timeout) for p in prompts]
+        forced = [
+            pool.submit(rescore, base_url, model, p.ids, [x.token for x in m], k, timeout)
+            for p, m in zip(prompts, miss, strict=True)
+        ]
+        wave = [(a.result(), b.result(), c.result()) for a, b, c in zip(loaded, altered, forced, strict=True)]
+    refs = []
+    for prompt, first, (again, twin, scored) in zip(prompts, miss, wave, strict=True):
+        null = {CACHE_BATCH_ARM: compare(first, again), FORCED_NULL_ARM: compare(first, scored, True)}
+        refs.append(Reference(prompt, first, null, compare(first[: len(twin)], twin)))
+    judge_evidence(settings, refs)
+    return refs, {"wave_concurrency": settings.null_concurrency, "wave_requests": 3 * len(prompts)}
 
 
 def _tokenizer_url(ctx: CheckContext) -> str:
@@ -200,63 +107,321 @@ def _tokenizer_url(ctx: CheckContext) -> str:
     return ctx.deployment.base_url
 
 
+def _prompts(ctx: CheckContext) -> tuple[list[ParityPrompt], str, list[int]]:
+    settings, model = ctx.config.checks.parity, ctx.deployment.served_model
+    model_spec = next((m for m in ctx.config.models if m.name == ctx.cell.model), ctx.config.models[0])
+    items, where = source_items(ctx.config, model_spec.source)
+    sizes = block_sizes(ctx.config)
+    url = _tokenizer_url(ctx)
+    prompts = build_prompts(
+        items,
+        prompt_lengths(ctx.config, sizes),
+        min(sizes, default=16),
+        settings.item_offset,
+        lambda text: tokenize(url, model, text, settings.request_timeout_s),
+    )
+    return prompts, where, sizes
+
+
+def _sides(ctx: CheckContext) -> list[BlockSide]:
+    cell = ctx.cell
+    if cell.topology == "aggregated":
+        return [BlockSide("control", cell.prefill_block_size, cell.kernel_block_prefill)]
+    return [
+        BlockSide("prefill", cell.prefill_block_size, cell.kernel_block_prefill),
+        BlockSide("decode", cell.decode_block_size, cell.kernel_block_decode),
+    ]
+
+
+def _invalid(refs: Sequence[Reference], settings: ParityCheckConfig, evidence: dict[str, Any]) -> CheckResult | None:
+    kept = sum(r.evidence for r in refs)
+    if kept >= settings.min_evidence_prompts:
+        return None
+    rejected = [f"{r.prompt.length} tokens: {r.reason}" for r in refs if not r.evidence]
+    return CheckResult(
+        name="parity",
+        verdict="invalid",
+        summary=(
+            f"inconclusive: only {kept}/{len(refs)} prompts have outputs that depend on their first block "
+            f"(need {settings.min_evidence_prompts}); {rejected[0] if rejected else ''}"
+        ),
+        metrics={"parity_evidence_prompts": float(kept), "parity_prompts": float(len(refs))},
+        evidence=evidence,
+    )
+
+
 @register("parity")
 def parity_check(ctx: CheckContext) -> CheckResult:
-    """Greedy outputs of fixed token-id prompts; P/D cells must match the aggregated control."""
+    """In-domain prompts, logprob fidelity gated against the null arm; P/D against the control."""
     settings = ctx.config.checks.parity
     model = ctx.deployment.served_model
-    lengths = prompt_lengths(ctx.config)
+    started = time.monotonic()
     try:
-        prompts = build_prompts(_tokenizer_url(ctx), model, lengths)
-        outputs = run_prompts(ctx.deployment.base_url, model, prompts, settings.max_tokens)
-    except ParityError as exc:
-        return CheckResult(name="parity", verdict="error", summary=str(exc))
-    evidence: dict[str, Any] = {"outputs": [asdict(o) for o in outputs], "prompt_lengths": lengths}
+        prompts, source, sizes = _prompts(ctx)
+    except (ParityError, PromptError) as exc:
+        return CheckResult(name="parity", verdict="error", summary=f"prompts: {exc}")
+    evidence: dict[str, Any] = {
+        "prompt_source": source,
+        "block_sizes": sizes,
+        "prompt_lengths": [p.length for p in prompts],
+    }
     if ctx.cell.topology != "pd-nixl":
-        return CheckResult(
-            name="parity",
-            verdict="pass",
-            summary=f"recorded greedy outputs of {len(outputs)} prompts ({lengths[0]}..{lengths[-1]} tokens)",
-            metrics={"parity_prompts": float(len(outputs))},
-            evidence=evidence,
-        )
-    reference, source = _reference_from_control(ctx)
-    if reference is None:
-        prefill = ctx.deployment.server("prefill")
-        if prefill is None:
-            return CheckResult(name="parity", verdict="skipped", summary=f"no reference: {source}", evidence=evidence)
         try:
-            reference = run_prompts(prefill.base_url, model, prompts, settings.max_tokens)
+            refs, load = measure_reference(ctx.deployment.base_url, model, prompts, settings)
         except ParityError as exc:
-            return CheckResult(name="parity", verdict="error", summary=f"reference (prefill server): {exc}")
-        source = f"this cell's prefill server directly ({source})"
-    result = compare(outputs, reference)
-    evidence.update({"reference": source, "per_prompt": result.per_prompt})
-    if result.compared == 0:
-        return CheckResult(
-            name="parity", verdict="error", summary=f"no prompt in common with the reference ({source})",
-            evidence=evidence,
+            return CheckResult(name="parity", verdict="error", summary=str(exc), evidence=evidence)
+        evidence.update(
+            reference=[r.to_json() for r in refs], null_load=load, reference_s=round(time.monotonic() - started, 2)
         )
-    first_diff = settings.max_tokens if result.first_diff_min is None else result.first_diff_min
-    gate = Gate(
-        name="token-exact-match",
-        passed=result.match_rate >= settings.min_match_rate,
-        observed=round(result.match_rate, 4),
-        threshold=settings.min_match_rate,
-        detail=(
-            f"{result.matched}/{result.compared} prompts token-identical to {source}"
-            + ("" if result.first_diff_min is None else f"; first difference at output token {first_diff}")
+        return _invalid(refs, settings, evidence) or _reference_result(ctx, refs, settings, evidence)
+    return _pd_result(ctx, prompts, evidence)
+
+
+def _reference_result(
+    ctx: CheckContext, refs: Sequence[Reference], settings: ParityCheckConfig, evidence: dict[str, Any]
+) -> CheckResult:
+    floors = _floors(refs)
+    kept = sum(r.evidence for r in refs)
+    summary = (
+        f"reference of {len(refs)} prompts ({refs[0].prompt.length}..{refs[-1].prompt.length} tokens), "
+        f"{kept} evidence; null floor: KL {floors['kl']:.3g}, |dlogprob| {floors['abs_dlp']:.3g}, "
+        f"{floors['token_flips']:.0f} token flips"
+    )
+    metrics = {
+        "parity_prompts": float(len(refs)),
+        "parity_evidence_prompts": float(kept),
+        "parity_null_kl_max": floors["kl"],
+        "parity_null_abs_dlogprob_max": floors["abs_dlp"],
+        "parity_null_token_flips": floors["token_flips"],
+    }
+    gates: list[Gate] = []
+    baseline = ctx.baseline_for()
+    recorded = None if baseline is None else baseline.check("parity")
+    if baseline is not None and recorded is not None and "reference" in recorded.evidence:
+        base_refs = reference_from_evidence(recorded.evidence["reference"], [r.prompt for r in refs])
+        gates, drift_metrics, drift = judge_drift(settings, refs, base_refs, baseline.cell.id)
+        metrics.update(drift_metrics)
+        evidence["drift"] = drift
+        if not all(g.passed for g in gates):
+            summary = (
+                f"drift vs the baseline image ({baseline.cell.id}): {drift_metrics['parity_drift_token_flips']:.0f}/"
+                f"{drift_metrics['parity_drift_prompts']:.0f} prompts change greedy tokens, KL max "
+                f"{drift_metrics['parity_drift_kl_max']:.3g} (null floor {floors['kl']:.3g}); " + summary
+            )
+    return CheckResult(
+        name="parity",
+        verdict="pass" if all(g.passed for g in gates) else "fail",
+        summary=summary,
+        metrics=metrics,
+        gates=gates,
+        evidence=evidence,
+    )
+
+
+def _floors(refs: Sequence[Reference]) -> dict[str, float]:
+    arms = [f for r in refs for f in r.null.values()]
+    return {
+        "kl": max((f.max_kl for f in arms), default=0.0),
+        "abs_dlp": max((f.max_abs_dlp for f in arms), default=0.0),
+        "token_flips": float(sum(r.null[a].token_diff for r in refs for a in GEN_NULL_ARMS if a in r.null)),
+    }
+
+
+def _reference_for_pd(
+    ctx: CheckContext, prompts: Sequence[ParityPrompt]
+) -> tuple[list[Reference], str, dict[str, Any]]:
+    settings = ctx.config.checks.parity
+    control = ctx.control_for()
+    recorded = None if control is None else control.check("parity")
+    if control is not None and recorded is not None and "reference" in recorded.evidence:
+        refs = reference_from_evidence(recorded.evidence["reference"], prompts)
+        if refs:
+            return refs, f"control {control.cell.id}", {}
+    why = "no aggregated control started" if control is None else f"control {control.cell.id} recorded no reference"
+    prefill = ctx.deployment.server("prefill")
+    if prefill is None:
+        raise ParityError(f"no reference: {why}, and no prefill server to measure one")
+    refs, load = measure_reference(prefill.base_url, ctx.deployment.served_model, prompts, settings)
+    return refs, f"this cell's prefill server directly ({why})", load
+
+
+def _pd_result(ctx: CheckContext, prompts: Sequence[ParityPrompt], evidence: dict[str, Any]) -> CheckResult:
+    settings, model = ctx.config.checks.parity, ctx.deployment.served_model
+    k, n, timeout = settings.top_logprobs, settings.max_tokens, settings.request_timeout_s
+    prefill = ctx.deployment.server("prefill")
+    try:
+        refs, source, load = _reference_for_pd(ctx, prompts)
+        if prefill is None:
+            raise ParityError("a pd-nixl deployment without a prefill server")
+        evidence.update(reference_source=source, reference=[r.to_json() for r in refs], null_load=load)
+        invalid = _invalid(refs, settings, evidence)
+        if invalid is not None:
+            return invalid
+        kept = [ref for ref in refs if ref.evidence]  # the others prove nothing: not sent
+        outputs = [generate(ctx.deployment.base_url, model, ref.prompt.ids, n, k, timeout) for ref in kept]
+        with ThreadPoolExecutor(max_workers=settings.null_concurrency, thread_name_prefix="parity-rescore") as pool:
+            scored = [
+                pool.submit(rescore, prefill.base_url, model, ref.prompt.ids, [p.token for p in pd], k, timeout)
+                for ref, pd in zip(kept, outputs, strict=True)
+            ]
+            forced = [f.result() for f in scored]
+        rows = [
+            (ref, pd, compare(ref.miss, pd), compare(pd, tf, True))
+            for ref, pd, tf in zip(kept, outputs, forced, strict=True)
+        ]
+    except ParityError as exc:
+        return CheckResult(name="parity", verdict="error", summary=str(exc), evidence=evidence)
+    return judge_pd(_sides(ctx), settings, refs, rows, source, evidence)
+
+
+def judge_pd(
+    sides: Sequence[BlockSide],
+    settings: ParityCheckConfig,
+    refs: Sequence[Reference],
+    rows: Sequence[tuple[Reference, Series, Fidelity, Fidelity]],
+    source: str,
+    evidence: dict[str, Any],
+) -> CheckResult:
+    """Gate P/D rows (reference, P/D generation, generation vs control, teacher-forced) against the
+    null arm of `refs`; per-prompt series, divergence locations and the diagnosis into `evidence`."""
+    used = [row for row in rows if row[0].evidence]
+    gen_null = [r.null[a] for r in refs for a in GEN_NULL_ARMS if a in r.null]
+    forced_null = [r.null[FORCED_NULL_ARM] for r in refs if FORCED_NULL_ARM in r.null]
+    tokens = token_gate(
+        [g.first_token_diff is not None for _, _, g, _ in used], [f.token_diff > 0 for f in gen_null], settings.alpha
+    )
+    floors: list[tuple[str, FloorGate]] = [
+        (
+            "forced-kl",
+            floor_gate(
+                "kl",
+                [f.max_kl for *_, f in used],
+                [f.max_kl for f in forced_null],
+                settings.margin,
+                settings.kl_tolerance,
+                settings.alpha,
+            ),
         ),
+        (
+            "forced-abs-dlogprob",
+            floor_gate(
+                "abs_dlp",
+                [f.max_abs_dlp for *_, f in used],
+                [f.max_abs_dlp for f in forced_null],
+                settings.margin,
+                settings.logprob_tolerance,
+                settings.alpha,
+            ),
+        ),
+        (
+            "forced-top1",
+            floor_gate(
+                "top1_disagree",
+                [f.top1_disagree for *_, f in used],
+                [f.top1_disagree for f in forced_null],
+                settings.margin,
+                0.0,
+                settings.alpha,
+            ),
+        ),
+        (
+            "generation-kl",
+            floor_gate(
+                "kl",
+                [g.max_kl for _, _, g, _ in used],
+                [f.max_kl for f in gen_null],
+                settings.margin,
+                settings.kl_tolerance,
+                settings.alpha,
+            ),
+        ),
+    ]
+    gates = [
+        Gate(
+            name="tokens-vs-null",
+            passed=tokens.passed,
+            observed=float(tokens.pd_diff),
+            threshold=float(tokens.null_diff),
+            detail=tokens.detail(),
+        )
+    ]
+    gates += [
+        Gate(name=name, passed=g.passed, observed=round(g.p_value, 6), threshold=settings.alpha, detail=g.detail())
+        for name, g in floors
+    ]
+    per_prompt, failing, passing = _per_prompt(sides, used, tokens, floors, thresholds(settings, refs))
+    evidence.update(
+        per_prompt=per_prompt,
+        rejected=[{"length": r.prompt.length, "reason": r.reason} for r in refs if not r.evidence],
+    )
+    smallest = min(s.logical for s in sides)
+    diagnosis = diagnose(failing, passing, smallest)
+    evidence["diagnosis"] = diagnosis
+    passed = all(g.passed for g in gates)
+    matched = sum(g.first_token_diff is None for _, _, g, _ in used)
+    first_diffs = [g.first_token_diff for _, _, g, _ in used if g.first_token_diff is not None]
+    failed = [g.name for g in gates if not g.passed]
+    summary = (
+        f"{len(used)} evidence prompts vs {source}: {tokens.detail()}"
+        if passed
+        else f"{len(failing)}/{len(used)} prompts beyond the null floor ({', '.join(failed)}): {diagnosis}"
     )
     return CheckResult(
         name="parity",
-        verdict="pass" if gate.passed else "fail",
-        summary=gate.detail,
+        verdict="pass" if passed else "fail",
+        summary=summary,
         metrics={
-            "parity_match_rate": round(result.match_rate, 4),
-            "parity_first_diff_min": float(first_diff),
-            "parity_prompts": float(result.compared),
+            "parity_match_rate": round(matched / len(used), 4) if used else 0.0,
+            "parity_first_diff_min": float(min(first_diffs, default=settings.max_tokens)),
+            "parity_prompts": float(len(used)),
+            "parity_evidence_prompts": float(len(used)),
+            "parity_kl_max": max((f.max_kl for *_, f in used), default=0.0),
+            "parity_abs_dlogprob_max": max((f.max_abs_dlp for *_, f in used), default=0.0),
+            "parity_top1_agree_min": min((1.0 - f.top1_disagree for *_, f in used), default=1.0),
+            "parity_null_kl_max": max((f.max_kl for f in forced_null), default=0.0),
+            "parity_null_abs_dlogprob_max": max((f.max_abs_dlp for f in forced_null), default=0.0),
+            "parity_failing_prompts": float(len(failing)),
         },
-        gates=[gate],
+        gates=gates,
         evidence=evidence,
     )
+
+
+def _per_prompt(
+    sides: Sequence[BlockSide],
+    used: Sequence[tuple[Reference, Series, Fidelity, Fidelity]],
+    tokens: TokenGate,
+    floors: Sequence[tuple[str, FloorGate]],
+    thresholds: dict[str, float],
+) -> tuple[list[dict[str, Any]], list[tuple[int, int]], list[int]]:
+    """Per-prompt rows (series, verdict, where it diverged); (length, first divergence) of failing
+    prompts and lengths of passing ones."""
+    exceeding = {i for _, g in floors for i in g.exceeding}
+    if not tokens.exact:
+        token_fail: set[int] = set()
+    else:
+        token_fail = {i for i, (_, _, g, _) in enumerate(used) if g.first_token_diff is not None}
+    rows, failing, passing = [], [], []
+    for index, (ref, pd, gen, forced) in enumerate(used):
+        fails = index in exceeding or index in token_fail
+        row: dict[str, Any] = {
+            "length": ref.prompt.length,
+            "prompt_sha": ref.prompt.sha,
+            "output_ids": [p.token for p in pd],
+            "beyond_noise": fails,
+            "generation": gen.to_json(),
+            "forced": forced.to_json(),
+        }
+        if fails:
+            at = _onset(forced, gen, thresholds)
+            row["divergence"] = locate(ref.prompt.length, at, sides)
+            failing.append((ref.prompt.length, at))
+        else:
+            passing.append(ref.prompt.length)
+        rows.append(row)
+    return rows, failing, passing
+
+
+def _onset(forced: Fidelity, gen: Fidelity, thresholds: dict[str, float]) -> int:
+    found = [x for x in (first_divergence(forced, thresholds), first_divergence(gen, thresholds)) if x is not None]
+    return min(found, default=0)

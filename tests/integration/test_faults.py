@@ -1,10 +1,11 @@
 """Seeded faults end to end: the real engine with a patched copy of vllm, the real pipeline.
 
-Faults 01 (NIXL registration layout mismatch: P/D startup fails) and 02 (decode reads the KV
-blocks in reversed order: silent corruption) go through `canary.selftest.run_selftest`, i.e.
+Faults 01 (NIXL registration layout mismatch: P/D startup fails), 02 (decode reads the KV
+blocks in reversed order: silent corruption) and 07 (decode reads the first block for every later
+one: caught by parity itself) go through `canary.selftest.run_selftest`, i.e.
 configs/selftest.yaml with the fault's series as the image's `patches`, the local target, the
-overlay, and the startup / parity / accuracy / kv_transfer checks. `make selftest` runs all five
-faults and the clean runs; this keeps the two that need a P/D pair in `make test`.
+overlay, and the startup / parity / accuracy / kv_transfer checks. `make selftest` runs every
+fault and the clean runs; this keeps the three that need a P/D pair in `make test`.
 """
 
 from __future__ import annotations
@@ -58,7 +59,29 @@ def test_fault_02_reversed_kv_blocks_collapse_accuracy_while_kv_moves(tiny_model
     (cell,) = run.cells
     startup, parity, accuracy, kv = (cell.check(n) for n in ("startup", "parity", "accuracy", "kv_transfer"))
     assert startup is not None and startup.verdict == "pass", "the engines start and answer"
-    assert parity is not None and parity.metrics["parity_match_rate"] < 1.0
+    assert parity is not None and parity.verdict == "fail" and parity.metrics["parity_match_rate"] < 1.0
+    assert "blocks beyond the first" in parity.evidence["diagnosis"], parity.evidence["diagnosis"]
     assert accuracy is not None and accuracy.verdict == "fail"
     # The KV did move over NIXL (it is the wrong KV): the KV-transfer proof alone would pass.
     assert kv is not None and kv.verdict == "pass", kv.summary
+
+
+def test_fault_07_blocks_beyond_the_first_are_caught_by_parity(tiny_model: Path, tmp_path: Path) -> None:
+    del tiny_model
+    result = run_selftest(DEFAULT_CONFIG, tmp_path, clean_runs=0, only=["07"], overrides=FAST)
+    outcome = result.faults[0]
+    assert outcome.detected, outcome.detail
+    assert "parity" in outcome.fired
+
+    run = _run_result(outcome.run_dir)
+    (cell,) = run.cells
+    parity = cell.check("parity")
+    assert parity is not None and parity.verdict == "fail", parity and parity.summary
+    rows = parity.evidence["per_prompt"]
+    block = cell.cell.decode_block_size
+    # decode loads the KV of every prompt token but the last: prompts that load one block are
+    # untouched by this fault (B+1 tokens included), every prompt that loads more diverges
+    assert any(r["length"] - 1 <= block for r in rows) and any(r["length"] - 1 > block for r in rows)
+    assert all(not r["beyond_noise"] for r in rows if r["length"] - 1 <= block)
+    assert all(r["beyond_noise"] for r in rows if r["length"] - 1 > block)
+    assert "blocks beyond the first" in parity.summary

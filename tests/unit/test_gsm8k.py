@@ -298,42 +298,9 @@ def test_threshold_resolution(tmp_path: Path) -> None:
     assert stats.look_confidence(0.95, 1) == pytest.approx(0.95)
 
 
-# --------------------------------------------------------------------------- parity and KV helpers
-# (pure functions of canary/checks/parity.py and kv_transfer.py; the real-server tests live in
-# tests/integration/test_accuracy.py and test_kv_transfer.py)
-
-
-def test_parity_prompt_lengths_cover_block_boundaries() -> None:
-    from canary.checks.parity import prompt_lengths
-    from canary.config import validate_config
-
-    config = validate_config(
-        {
-            "name": "p",
-            "platform": "cpu",
-            "models": [{"name": "tiny", "source": "builtin:tiny", "max_model_len": 256}],
-            "images": {"baseline": {"ref": "x"}},
-            "matrix": {"attention_backends": ["CPU_ATTN"], "prefill_block_sizes": [32, 128]},
-        },
-        "t",
-    )
-    lengths = prompt_lengths(config)
-    assert {8, 31, 33, 65, 100, 127, 129} <= set(lengths)
-    assert max(lengths) <= 256 - config.checks.parity.max_tokens  # 300 and 257 do not fit
-    assert lengths == sorted(set(lengths))
-
-
-def test_parity_compare_and_first_difference() -> None:
-    from canary.checks.parity import PromptOutput, compare, first_difference
-
-    assert first_difference([1, 2, 3], [1, 2, 3]) is None
-    assert first_difference([1, 2, 3], [1, 9, 3]) == 1
-    assert first_difference([1, 2], [1, 2, 3]) == 2
-    ref = [PromptOutput(8, "a", [1, 2, 3]), PromptOutput(40, "b", [4, 5, 6])]
-    same = compare([PromptOutput(8, "a", [1, 2, 3]), PromptOutput(40, "b", [4, 5, 6])], ref)
-    assert (same.match_rate, same.first_diff_min) == (1.0, None)
-    differ = compare([PromptOutput(8, "a", [1, 2, 3]), PromptOutput(40, "b", [4, 0, 0]), PromptOutput(9, "c", [])], ref)
-    assert (differ.compared, differ.matched, differ.first_diff_min) == (2, 1, 1)
+# --------------------------------------------------------------------------- KV helpers
+# (pure functions of canary/checks/kv_transfer.py; the real-server tests live in
+# tests/integration/test_kv_transfer.py; parity's are in tests/unit/test_parity.py)
 
 
 VLLM_DECODE_METRICS = """\

@@ -1,0 +1,160 @@
+"""Parity prompts the model reads: in-domain text cut at block-relative token lengths.
+
+The text is GSM8K-format items (`Question: ...\\nAnswer: ...`, the shape of the accuracy task)
+from the held-out split the accuracy check uses: the tiny model's own `data/test.jsonl` for the
+builtin source, the configured test jsonl for a local source; otherwise (hub, parquet mirror) the
+project's generated GSM8K-format held-out split (canary.model.dataset), and the evidence says so.
+
+Lengths (token counts, BOS included): the configured ones plus, for every block size B of the
+config's planned cells, logical and kernel, prefill and decode: B/2 (inside one block), B-1, B,
+B+1, 2B, 2B+1 and 4B+1 (several blocks), and the longest prompt that still fits (max_model_len - max_tokens - 1:
+teacher-forced re-scoring appends the output and asks for one more token).
+
+Prompt i starts at a different item (offset + i * STRIDE), so no two prompts share a first block
+and a P/D decode server never serves one prompt's blocks from its prefix cache filled by another.
+Each prompt also gets an *altered* twin whose first block (the smallest block size of the cell set,
+at most half the prompt) is replaced by tokens of other items: the evidence check asks whether the
+reference output changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from canary.config import CanaryConfig
+from canary.errors import CanaryError
+from canary.gsm8k import model_dir_of
+from canary.matrix import plan
+from canary.model.dataset import DatasetSpec, Problem, generate_splits, read_jsonl
+
+STRIDE = 37
+"""Items between the first items of consecutive prompts (distinct first blocks)."""
+ALTER_SHIFT = 251
+"""Items between a prompt's first item and the first item of the text its altered block comes from."""
+ALTER_WINDOW = 32
+"""Offsets into that text tried for the replacement tokens (the one changing most tokens is used)."""
+
+
+class PromptError(CanaryError):
+    """Parity prompts could not be built (no items, a tokenizer that returns too little)."""
+
+
+@dataclass(frozen=True)
+class ParityPrompt:
+    """One prompt, its altered-first-block twin and where it came from."""
+
+    length: int
+    ids: list[int]
+    altered_ids: list[int]
+    altered_tokens: int
+    """How many leading tokens (after BOS) the altered twin replaces."""
+    first_item: int
+
+    @property
+    def sha(self) -> str:
+        """Short fingerprint (identical prompts across cells)."""
+        return prompt_sha(self.ids)
+
+
+def prompt_sha(ids: Sequence[int]) -> str:
+    """Short fingerprint of a token-id prompt."""
+    return hashlib.sha256(json.dumps(list(ids)).encode()).hexdigest()[:16]
+
+
+def block_sizes(config: CanaryConfig) -> list[int]:
+    """Every block size of the planned cells: logical and kernel, prefill and decode."""
+    sizes: set[int] = set()
+    for cell in plan(config).planned():
+        sizes |= {cell.prefill_block_size, cell.decode_block_size}
+        sizes |= {s for s in (cell.kernel_block_prefill, cell.kernel_block_decode) if s is not None}
+    return sorted(sizes)
+
+
+def max_prompt_length(config: CanaryConfig) -> int:
+    """The longest prompt every model of the config takes with max_tokens and one re-scored token."""
+    return min(m.max_model_len for m in config.models) - config.checks.parity.max_tokens - 1
+
+
+def prompt_lengths(config: CanaryConfig, sizes: Sequence[int] | None = None) -> list[int]:
+    """The prompt lengths every cell uses (see the module doc), within the model length."""
+    settings = config.checks.parity
+    limit = max_prompt_length(config)
+    lengths = set(settings.prompt_lengths)
+    if settings.block_relative:
+        for block in block_sizes(config) if sizes is None else sizes:
+            lengths |= {block // 2, block - 1, block, block + 1, 2 * block, 2 * block + 1, 4 * block + 1}
+        lengths.add(limit)
+    return sorted(n for n in lengths if 2 <= n <= limit)
+
+
+def source_items(config: CanaryConfig, model_source: str) -> tuple[list[str], str]:
+    """The held-out GSM8K-format items as text, and where they came from."""
+    dataset = config.checks.accuracy.dataset
+    path: Path | None = None
+    if dataset.source == "builtin":
+        model_dir = model_dir_of(model_source)
+        path = None if model_dir is None else model_dir / "data" / "test.jsonl"
+    elif dataset.source == "local":
+        if dataset.path is not None and (Path(dataset.path) / "test.jsonl").is_file():
+            path = Path(dataset.path) / "test.jsonl"
+        elif dataset.test_path is not None:
+            path = Path(dataset.test_path)
+    if path is not None and path.is_file():
+        problems, where = read_jsonl(path), f"held-out split {path}"
+    else:
+        problems = generate_splits(DatasetSpec())[1]
+        where = "the project's generated GSM8K-format held-out split (canary.model.dataset)"
+        if path is not None:
+            where += f" ({path} not found)"
+    if not problems:
+        raise PromptError(f"no parity items in {where}")
+    return [item_text(p) for p in problems], where
+
+
+def item_text(problem: Problem) -> str:
+    """One item in the accuracy task's format."""
+    return f"Question: {problem.question}\nAnswer: {problem.answer}\n\n"
+
+
+Tokenizer = Callable[[str], list[int]]
+
+
+def _ids_from(items: Sequence[str], start: int, need: int, tokenize: Tokenizer) -> list[int]:
+    """Token ids (BOS first) of items start, start+1, ... (wrapping) until at least `need` tokens."""
+    count = max(1, need // 16)
+    for _ in range(64):
+        text = "".join(items[(start + i) % len(items)] for i in range(count))
+        ids = tokenize(text)
+        if len(ids) >= need:
+            return ids
+        count = count * 2 if len(ids) < 2 else max(count + 1, int(count * need / len(ids)) + 1)
+    raise PromptError(f"could not tokenize {need} tokens of parity items (the tokenizer returns too little)")
+
+
+def build_prompts(
+    items: Sequence[str], lengths: Sequence[int], alter_block: int, offset: int, tokenize: Tokenizer
+) -> list[ParityPrompt]:
+    """One prompt per length (see the module doc); `alter_block` = the smallest block size."""
+    if not items:
+        raise PromptError("no parity items")
+    prompts = []
+    for index, length in enumerate(lengths):
+        start = (offset + index * STRIDE) % len(items)
+        ids = _ids_from(items, start, length, tokenize)[:length]
+        replaced = max(1, min(alter_block, length // 2))
+        other = _ids_from(items, start + ALTER_SHIFT, replaced + 1 + ALTER_WINDOW, tokenize)
+        original = ids[1 : replaced + 1]
+
+        def changed(shift: int, original: list[int] = original, other: list[int] = other) -> int:
+            return sum(x != y for x, y in zip(original, other[1 + shift :], strict=False))
+
+        shift = max(range(ALTER_WINDOW + 1), key=changed)  # items start alike ("Question:"): most changes
+        altered = [ids[0], *other[1 + shift : 1 + shift + replaced], *ids[replaced + 1 :]]
+        if altered == ids:
+            raise PromptError(f"the altered twin of the {length}-token prompt equals it (item {start})")
+        prompts.append(ParityPrompt(length, ids, altered, replaced, start))
+    return prompts
