@@ -1,6 +1,16 @@
 """The `canary` command line: plan, run, render-values, serve-metrics.
 
-User errors (bad config, bad arguments) print one line and exit 2; no tracebacks for them.
+Exit codes (EXIT_CODES_HELP, also printed by `canary --help`):
+
+- 0: done; for `run`, every cell passed, failed as expected, or did not apply (outcome OK).
+- 1: a cell failed (fail or unexpected-pass: outcome FAILED), or the canary stopped on an error it
+  names in one line (`canary: error: ...`), such as a target that cannot start.
+- 2: bad arguments or a bad config (argparse, ConfigError): one line naming what and where.
+- 3: `run` was INCONCLUSIVE: no cell failed, but some could not be measured (invalid or error,
+  e.g. a CPU-starved load client): nothing is known about them; rerun. Never a pass.
+- 130: interrupted (Ctrl-C); the cells not run are recorded as errors.
+
+No tracebacks for user errors.
 """
 
 from __future__ import annotations
@@ -16,9 +26,20 @@ from rich.table import Table
 
 from canary.config import CanaryConfig, load_config
 from canary.errors import CanaryError
+from canary.history import cli as history_cli
 from canary.matrix import Plan, plan
+from canary.results import RunResult
+from canary.vllm_source import catalog_check
+from canary.waves import Schedule, select_night
 
-EXIT_OK, EXIT_FAILED_CELLS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED_CELLS, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_BY_OUTCOME: dict[str, int] = {"ok": EXIT_OK, "failed": EXIT_FAILED_CELLS, "inconclusive": EXIT_INCONCLUSIVE}
+EXIT_CODES_HELP = f"""exit codes:
+  {EXIT_OK}    OK: every cell passed, failed as expected, or did not apply
+  {EXIT_FAILED_CELLS}    FAILED: a cell failed (fail, unexpected-pass); or a canary error, named in one line
+  {EXIT_USAGE}    bad arguments or config
+  {EXIT_INCONCLUSIVE}    INCONCLUSIVE: no cell failed, but some could not be measured (invalid, error): rerun
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)"""
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -43,14 +64,24 @@ def _add_config_args(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for docs and tests)."""
-    parser = argparse.ArgumentParser(prog="canary", description="vLLM prefill/decode canary across a matrix.")
+    parser = argparse.ArgumentParser(
+        prog="canary",
+        description="vLLM prefill/decode canary across a matrix.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p_plan = sub.add_parser("plan", help="print the expanded matrix without starting anything")
     _add_config_args(p_plan)
     p_plan.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    p_run = sub.add_parser("run", help="deploy and check every planned cell")
+    p_run = sub.add_parser(
+        "run",
+        help="deploy and check every planned cell",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_config_args(p_run)
     p_run.add_argument("--results-dir", help="override export.results_dir")
     p_run.add_argument("--dry-run", action="store_true", help="render commands/env/manifests, start nothing")
@@ -63,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_serve.add_argument("--results-dir", default="results", help="results root (default: results)")
     p_serve.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
     p_serve.add_argument("--port", type=int, default=9464, help="port (default: 9464)")
+    history_cli.add_parsers(sub)
+    catalog_check.add_parser(sub)
     return parser
 
 
@@ -81,8 +114,8 @@ def load_plan(args: argparse.Namespace) -> tuple[CanaryConfig, Plan]:
     return config, the_plan
 
 
-def plan_table(the_plan: Plan) -> Table:
-    """The plan as a rich table."""
+def plan_table(the_plan: Plan, gpus: dict[str, int] | None = None) -> Table:
+    """The plan as a rich table (with the GPUs each planned cell holds, when given)."""
     table = Table(
         title=f"{the_plan.config_name} on {the_plan.platform}: {len(the_plan.planned())} planned "
         f"of {len(the_plan.cells)} cells"
@@ -96,6 +129,7 @@ def plan_table(the_plan: Plan) -> Table:
         "runner",
         "topology",
         "image",
+        *(("GPUs",) if gpus is not None else ()),
         "risk",
         "status",
         "reason",
@@ -114,9 +148,10 @@ def plan_table(the_plan: Plan) -> Table:
             cell.block_label,
             cell.kernel_label,
             cell.kv_cache_dtype,
-            cell.runner,
+            cell.runner if cell.runner_for("decode") == cell.runner else f"{cell.runner}/{cell.runner_for('decode')}",
             cell.topology,
-            cell.image,
+            cell.image if not cell.mixed else f"{cell.image}/{cell.image_for('decode')}",
+            *((str(gpus.get(cell.id, "-")),) if gpus is not None else ()),
             risk,
             status,
             cell.reason or "",
@@ -124,20 +159,85 @@ def plan_table(the_plan: Plan) -> Table:
     return table
 
 
-def plan_json(the_plan: Plan) -> str:
-    """The plan as JSON."""
+def schedule_for(config: CanaryConfig, the_plan: Plan) -> Schedule | None:
+    """Tonight's waves for a Kubernetes config with a GPU budget (None otherwise); ScheduleError
+    (exit 2) when the plan cannot finish inside the job deadline."""
+    if config.target.kind != "kubernetes" or config.target.kubernetes.gpu_budget is None:
+        return None
+    from canary.rotation import load_state
+
+    return select_night(the_plan.planned(), config, load_state(config).last_checked())
+
+
+def waves_table(schedule: Schedule) -> Table:
+    """Tonight's waves: GPUs, cells and estimated minutes."""
+    table = Table(title=f"waves within {schedule.budget} GPUs")
+    for column in ("wave", "GPUs", "cells", "typical min", "worst min", "cell ids"):
+        table.add_column(column, overflow="fold", no_wrap=column != "cell ids")
+    for wave in schedule.waves:
+        table.add_row(
+            str(wave.index),
+            str(wave.gpus),
+            str(len(wave.cells)),
+            f"{wave.typical_s / 60:.0f}",
+            f"{wave.worst_s / 60:.0f}",
+            ", ".join(c.id for c in wave.cells),
+        )
+    return table
+
+
+def schedule_summary(schedule: Schedule) -> str:
+    """One paragraph: the estimate against the deadline, and the rotation."""
+    text = (
+        f"estimated wall time {schedule.typical_s / 3600:.2f} h with typical starts "
+        f"({schedule.worst_s / 3600:.2f} h if every wave waits its whole startup deadline); "
+        f"job deadline {schedule.deadline_s / 3600:.2f} h (target.kubernetes.job_deadline_s), "
+        f"window {schedule.window_s / 3600:.2f} h; peak {schedule.peak_gpus} of {schedule.budget} GPUs"
+    )
+    if schedule.deferred:
+        total = len(schedule.cells) + len(schedule.deferred)
+        text += (
+            f"\nrotation: {len(schedule.cells)} of {total} planned cells tonight, {len(schedule.deferred)} "
+            f"in later nights (least recently checked first); a full pass takes about "
+            f"{-(-total // max(1, len(schedule.cells)))} nights"
+        )
+    return text
+
+
+def plan_json(the_plan: Plan, schedule: Schedule | None = None) -> str:
+    """The plan as JSON (with tonight's waves when the config has a GPU budget)."""
     payload = the_plan.model_dump(mode="json")
     payload["planned_count"] = len(the_plan.planned())
+    if schedule is not None:
+        payload["schedule"] = {
+            "gpu_budget": schedule.budget,
+            "job_deadline_s": schedule.deadline_s,
+            "gpus_per_cell": dict(schedule.gpus),
+            "estimated_s": round(schedule.typical_s, 1),
+            "worst_case_s": round(schedule.worst_s, 1),
+            "waves": [
+                {
+                    "wave": w.index,
+                    "gpus": w.gpus,
+                    "estimated_s": w.typical_s,
+                    "worst_case_s": w.worst_s,
+                    "cells": [c.id for c in w.cells],
+                }
+                for w in schedule.waves
+            ],
+            "deferred": [c.id for c in schedule.deferred],
+        }
     return json.dumps(payload, indent=2)
 
 
 def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     """canary plan."""
-    _, the_plan = load_plan(args)
+    config, the_plan = load_plan(args)
+    schedule = schedule_for(config, the_plan)
     if args.json:
-        print(plan_json(the_plan))
+        print(plan_json(the_plan, schedule))
         return EXIT_OK
-    console.print(plan_table(the_plan))
+    console.print(plan_table(the_plan, dict(schedule.gpus) if schedule is not None else None))
     high = sum(1 for c in the_plan.planned() if c.high_risk)
     console.print(f"high-risk planned cells: {high}")
     if the_plan.reduction == "pairwise":
@@ -146,6 +246,9 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
             f"pairwise: {planned} of {the_plan.full_planned_count} planned cells kept "
             f"(all {high} high-risk ones); saved {the_plan.full_planned_count - planned} cells"
         )
+    if schedule is not None:
+        console.print(waves_table(schedule))
+        console.print(schedule_summary(schedule))
     return EXIT_OK
 
 
@@ -160,9 +263,12 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         print(dry_run(config, the_plan))
         return EXIT_OK
     run = run_and_report(config, the_plan, config_path=str(args.config), console=console)
-    if run.interrupted:
-        return EXIT_INTERRUPTED
-    return EXIT_OK if run.ok else EXIT_FAILED_CELLS
+    return exit_code(run)
+
+
+def exit_code(run: RunResult) -> int:
+    """The exit code of `canary run` for a finished run: interrupted, else by outcome."""
+    return EXIT_INTERRUPTED if run.interrupted else EXIT_BY_OUTCOME[run.outcome]
 
 
 def cmd_render_values(args: argparse.Namespace, console: Console) -> int:
@@ -189,6 +295,8 @@ def cmd_serve_metrics(args: argparse.Namespace, console: Console) -> int:
 
 
 COMMANDS = {"plan": cmd_plan, "run": cmd_run, "render-values": cmd_render_values, "serve-metrics": cmd_serve_metrics}
+COMMANDS.update(history=history_cli.cmd_history, compare=history_cli.cmd_compare)
+COMMANDS["catalog"] = catalog_check.cmd_catalog
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -35,10 +35,20 @@ class Strict(BaseModel):
 
 
 class CompressedCache(Strict):
-    """A compressed KV cache (DeepSeek-V4's indexer cache) stored in blocks of another size."""
+    """A compressed KV cache (DeepSeek-V4's compressor / indexer caches): one stored entry per
+    `compress_ratio` logical tokens, so a logical block of B tokens is stored in a storage block of
+    B / compress_ratio slots (vLLM 0.22.1 vllm/v1/kv_cache_interface.py:350-351 `storage_block_size`)."""
 
-    storage_block_size: PositiveInt = Field(description="Tokens per storage block of the compressed cache.")
-    compression_ratio: PositiveInt = Field(description="Logical tokens per stored entry (128 for DeepSeek-V4).")
+    compress_ratio: PositiveInt = Field(
+        description="Logical tokens per stored entry; storage block = block size / compress_ratio (DeepSeek-V4's "
+        "heavily compressed layers: 128, so --block-size 256 is stored in 2-slot blocks)."
+    )
+
+    def storage_block_size(self, block_size: int) -> int | None:
+        """Slots per storage block for a logical block size (None: not a whole number of slots)."""
+        if block_size % self.compress_ratio:
+            return None
+        return block_size // self.compress_ratio
 
 
 class ModelSpec(Strict):
@@ -62,7 +72,16 @@ class ModelSpec(Strict):
 class ImageSpec(Strict):
     """A vLLM build under test: a container image on Kubernetes, an engine venv locally."""
 
-    ref: str = Field(min_length=1, description="Container image reference (Kubernetes target) or a label locally.")
+    ref: str = Field(
+        min_length=1,
+        description="Container image reference (Kubernetes target) or a label locally. With `base`, derived "
+        "(canary.images: <registry>/vllm-patched:v<release>-<series hash[:12]>); a ref given too must equal it.",
+    )
+    base: str | None = Field(
+        None,
+        description="Upstream image of a release in docker/images.yaml (e.g. vllm/vllm-openai:v0.21.0) that "
+        "`patches` apply to: the ref is derived from both, so it is the tag `make images` builds.",
+    )
     engine_python: str | None = Field(
         None, description="Local target: python of the engine venv (default: .venv-engine/bin/python)."
     )
@@ -70,6 +89,30 @@ class ImageSpec(Strict):
         None, description="Patch series file (docker/patches format) applied on top of this image's vLLM."
     )
     description: str = Field("", description="What this image is (shown in reports).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_ref(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("base") is None:
+            return data
+        from canary.images import ImageError, derived_ref
+
+        base, patches, given = data["base"], data.get("patches"), data.get("ref")
+        try:
+            derived = derived_ref(str(base), None if patches is None else str(patches))
+        except ImageError as exc:
+            raise ValueError(str(exc)) from None
+        if given is not None and given != derived:
+            raise ValueError(
+                f"ref {given!r} is not the image of base {base!r} + patches {patches!r}: that is {derived}"
+            )
+        return {**data, "ref": derived}
+
+    kernel_block_sizes: dict[str, list[PositiveInt]] = Field(
+        default_factory=dict,
+        description="Backend -> the kernel block sizes this build advertises where it differs from the catalog "
+        "(e.g. {CPU_ATTN: [32]} for the CPU kernel-split build); the planner and the layout gates use it.",
+    )
 
 
 # --------------------------------------------------------------------------- matrix
@@ -86,7 +129,9 @@ class CellMatch(Strict):
     kv_cache_dtype: str | None = Field(None, description="KV cache dtype.")
     runner: Runner | None = Field(None, description="Model runner.")
     topology: Topology | None = Field(None, description="aggregated or pd-nixl.")
-    image: str | None = Field(None, description="Image key.")
+    image: str | None = Field(None, description="Image key (of prefill, in a mixed pair).")
+    decode_runner: Runner | None = Field(None, description="Decode's model runner (P/D; == runner unless mixed).")
+    decode_image: str | None = Field(None, description="Decode's image key (P/D; == image unless mixed).")
 
 
 class Expectation(Strict):
@@ -125,6 +170,22 @@ class ExtraCell(Strict):
     topology: Topology = Field("pd-nixl", description="Topology.")
     image: str | None = Field(None, description="Image key (default: every image).")
     model: str | None = Field(None, description="Served model name (default: every model).")
+    decode_runner: Runner | None = Field(
+        None,
+        description="pd-nixl only: decode's model runner when it differs from prefill's (a mixed pair, as in a "
+        "rolling upgrade; unset: the same).",
+    )
+    decode_image: str | None = Field(
+        None,
+        description="pd-nixl only: decode's image key when it differs from prefill's (a rolling upgrade that "
+        "reached one side first; unset: the same).",
+    )
+
+    @model_validator(mode="after")
+    def _mixed_pairs_are_pd(self) -> ExtraCell:
+        if self.topology != "pd-nixl" and (self.decode_runner is not None or self.decode_image is not None):
+            raise ValueError("decode_runner / decode_image make a mixed P/D pair: they need topology: pd-nixl")
+        return self
 
 
 class MatrixSpec(Strict):
@@ -176,6 +237,11 @@ class StartupCheckConfig(Strict):
     timeout_s: PositiveInt = Field(600, description="Deadline for a server to become ready.")
     poll_interval_s: float = Field(0.5, gt=0, description="How often /health is polled.")
     verify_live_config: bool = Field(True, description="Fail when the engine runs another config than asked.")
+    layout_probe: bool = Field(
+        True,
+        description="Load the read-only KV layout probe into every engine (canary/targets/engine_site/"
+        "layout_probe.py) and judge its record with the layout gates.",
+    )
 
 
 class KvTransferCheckConfig(Strict):
@@ -245,19 +311,46 @@ class AccuracyCheckConfig(Strict):
 
 
 class ParityCheckConfig(Strict):
-    """Greedy token parity of P/D against the aggregated control."""
+    """KV fidelity of P/D against the aggregated control, calibrated against the control's own noise."""
 
-    enabled: bool = Field(True, description="Run greedy parity on pd-nixl cells.")
+    enabled: bool = Field(True, description="Run parity (aggregated cells record the reference and null arm).")
     prompt_lengths: list[PositiveInt] = Field(
-        [8, 31, 33, 100, 300], description="Prompt lengths in tokens (around and across block boundaries)."
+        [8], description="Prompt lengths in tokens, besides the block-relative ones."
     )
     block_relative: bool = Field(
-        True, description="Also use B-1, B+1 and 2B+1 tokens for every block size B of the matrix."
+        True,
+        description="Also B/2, B-1, B, B+1, 2B, 2B+1 and 4B+1 tokens for every block size B of the planned cells "
+        "(logical and kernel, prefill and decode), and the longest prompt that fits.",
     )
     max_tokens: PositiveInt = Field(32, description="Greedy tokens generated per prompt (ignore_eos).")
-    min_match_rate: Probability = Field(
-        1.0, description="Token-exact match rate required (1.0 on CPU; lower for GPU numerics)."
+    top_logprobs: PositiveInt = Field(5, le=20, description="Top-k logprobs per position (both arms).")
+    item_offset: int = Field(0, ge=0, description="Index of the held-out item the first prompt starts at.")
+    dependence_min_nats: float = Field(
+        0.01,
+        gt=0,
+        description="A prompt is evidence only if altering its first block changes the control's greedy tokens "
+        "or moves a generated token's logprob by at least this much (and beyond the null arm).",
     )
+    dependence_tokens: PositiveInt = Field(
+        16, description="Greedy tokens generated for a prompt's altered-first-block twin (the evidence check)."
+    )
+    min_evidence_prompts: PositiveInt = Field(
+        3, description="Fewer evidence prompts than this: the check is invalid (inconclusive), never pass."
+    )
+    null_concurrency: PositiveInt = Field(
+        8, description="Requests in flight in the control's concurrent wave (the batch-composition null arm)."
+    )
+    margin: float = Field(
+        2.0, ge=1.0, description="A P/D prompt exceeds the noise floor above margin x the largest null value."
+    )
+    alpha: Probability = Field(
+        0.01, description="Significance of the exceedance (binomial) and token (Fisher) gates vs the null arm."
+    )
+    kl_tolerance: float = Field(1e-4, ge=0, description="Nats added to the KL threshold (float arithmetic).")
+    logprob_tolerance: float = Field(
+        1e-3, ge=0, description="Nats added to the absolute delta-logprob threshold (float arithmetic)."
+    )
+    request_timeout_s: float = Field(120.0, gt=0, description="Deadline of one parity request.")
 
 
 class SloConfig(Strict):
@@ -266,6 +359,22 @@ class SloConfig(Strict):
     ttft_ms: float | None = Field(None, gt=0, description="Max time to first token.")
     tpot_ms: float | None = Field(None, gt=0, description="Max time per output token.")
     e2e_ms: float | None = Field(None, gt=0, description="Max end-to-end latency.")
+
+
+class PerRequestTestConfig(Strict):
+    """Per-request regression test against the baseline cell (canary/stats_requests.py)."""
+
+    enabled: bool = Field(True, description="Compare per-request TTFT, ITL and E2E with the baseline cell.")
+    alpha: Probability = Field(
+        0.05, description="Family-wise error rate over every cell x metric of a run (Holm's step-down)."
+    )
+    confidence: Probability = Field(0.95, description="Confidence of the Hodges-Lehmann shift interval.")
+    tolerance: Probability = Field(
+        0.1, description="Least Hodges-Lehmann shift, relative to the baseline median, that counts as a regression."
+    )
+    min_samples: int = Field(
+        20, ge=2, description="Fewer successful requests on either side: inconclusive (invalid), never a pass."
+    )
 
 
 class ThroughputCheckConfig(Strict):
@@ -323,6 +432,18 @@ class ThroughputCheckConfig(Strict):
     max_client_lag_p99_ms: float = Field(
         50.0, gt=0, description="p99 gevent loop lag of the load generator above which the result is invalid."
     )
+    per_request: PerRequestTestConfig = Field(
+        default_factory=PerRequestTestConfig, description="Per-request Mann-Whitney / Hodges-Lehmann gate."
+    )
+    max_attempts: PositiveInt = Field(
+        3,
+        description="Measurements per cell while the result is invalid (the client, not the server, limited it: "
+        "CPU, event-loop lag); the first valid one is judged, every attempt is recorded in evidence.attempts. "
+        "Still invalid after the last: the check is invalid and the run inconclusive.",
+    )
+    retry_backoff_s: float = Field(
+        5.0, ge=0, le=600, description="Wait before the second attempt; doubles before each further one."
+    )
 
     @field_validator("regression_metrics")
     @classmethod
@@ -351,7 +472,7 @@ class ChecksConfig(Strict):
     startup: StartupCheckConfig = Field(default_factory=StartupCheckConfig, description="Startup check.")
     kv_transfer: KvTransferCheckConfig = Field(default_factory=KvTransferCheckConfig, description="KV proof.")
     accuracy: AccuracyCheckConfig = Field(default_factory=AccuracyCheckConfig, description="GSM8K.")
-    parity: ParityCheckConfig = Field(default_factory=ParityCheckConfig, description="Greedy parity.")
+    parity: ParityCheckConfig = Field(default_factory=ParityCheckConfig, description="KV-fidelity parity.")
     throughput: ThroughputCheckConfig = Field(default_factory=ThroughputCheckConfig, description="Load test.")
 
 
@@ -368,6 +489,30 @@ class PushgatewayConfig(Strict):
     timeout_s: float = Field(10.0, gt=0, description="Per-request timeout.")
 
 
+class HistoryConfig(Strict):
+    """The run history (canary/history) and its change points."""
+
+    enabled: bool = Field(True, description="Record every run in the history and look for change points.")
+    path: str = Field(
+        "history.sqlite", description="SQLite file, relative to results_dir unless absolute (used when url is unset)."
+    )
+    url: str | None = Field(
+        None, description="postgresql://user:password@host:port/db: one history for several canaries instead of SQLite."
+    )
+    alpha: Probability = Field(0.05, description="Permutation-test level of an E-Divisive change point.")
+    permutations: int = Field(499, ge=19, description="Permutations per significance test.")
+    min_size: int = Field(3, ge=2, description="Least runs on each side of a change point.")
+    min_relative_change: Probability = Field(
+        0.1, description="Least change of the mean, relative to the earlier mean, that is reported."
+    )
+    recent_runs: int = Field(
+        5, ge=1, description="A worse change point is exported (and alerts) while it lies within the last N runs."
+    )
+    window_runs: int = Field(
+        60, ge=6, description="Change points are searched in the last N judged runs of a series (bounds the cost)."
+    )
+
+
 class ExportConfig(Strict):
     """Where results go."""
 
@@ -376,6 +521,7 @@ class ExportConfig(Strict):
     textfile: str | None = Field(None, description="Also write a node-exporter textfile here.")
     junit: bool = Field(True, description="Write junit.xml.")
     html: bool = Field(True, description="Write summary.html.")
+    history: HistoryConfig = Field(default_factory=HistoryConfig, description="Run history and change points.")
 
 
 # --------------------------------------------------------------------------- targets
@@ -421,14 +567,127 @@ class EndpointTargetConfig(Strict):
     topology: Topology = Field("aggregated", description="What sits behind the URL.")
 
 
+Placement = Literal["same-node", "cross-node"]
+"""Where a P/D cell's decode pod runs relative to its prefill pod (vllm-pd renders pod (anti-)affinity)."""
+
+UCX_NETWORK_TRANSPORTS = frozenset(
+    {"rc", "rc_v", "rc_x", "rc_mlx5", "dc", "dc_x", "dc_mlx5", "ud", "ud_v", "ud_x", "ud_mlx5", "ib", "tcp"}
+)
+"""UCX transports (and the `ib` alias) that reach another node."""
+UCX_CUDA_TRANSPORTS = frozenset({"cuda_copy", "cuda"})
+"""UCX transports that handle GPU memory: UCX moves CUDA buffers only when one of them is listed."""
+UCX_TRANSPORTS = (
+    UCX_NETWORK_TRANSPORTS
+    | UCX_CUDA_TRANSPORTS
+    | frozenset({"cuda_ipc", "gdr_copy", "sm", "shm", "mm", "posix", "sysv", "xpmem", "cma", "knem", "self"})
+)
+"""UCX_TLS names the canary accepts (UCX 1.x transport names and aliases)."""
+DEFAULT_UCX_TLS: dict[Placement, str] = {"same-node": "cuda_copy,cuda_ipc,rc", "cross-node": "rc,cuda_copy"}
+"""UCX_TLS when a config names only the placement: CUDA IPC between GPUs of one node, RDMA across."""
+
+
+class NixlTransportConfig(Strict):
+    """How the NIXL connector of a P/D cell moves KV blocks on Kubernetes: placement and UCX_TLS."""
+
+    placement: Placement = Field(
+        "same-node",
+        description="same-node: decode is scheduled onto prefill's node (pod affinity); cross-node: never "
+        "onto it (pod anti-affinity). Both are required scheduling rules, so a cell that cannot be "
+        "placed stays Pending instead of running elsewhere.",
+    )
+    ucx_tls: str | None = Field(
+        None,
+        description="UCX_TLS of prefill and decode, comma-separated, e.g. cuda_copy,cuda_ipc,rc (same "
+        "node) or rc,cuda_copy / tcp,cuda_copy (across nodes). Unset: the placement's default "
+        f"({DEFAULT_UCX_TLS}). GPU platforms must list cuda_copy (UCX moves no GPU memory without it); "
+        "cross-node also a transport that leaves the node.",
+    )
+
+    @field_validator("ucx_tls")
+    @classmethod
+    def _known_transports(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        names = [name.strip() for name in value.split(",")]
+        if any(not name for name in names):
+            raise ValueError(f"empty transport name in {value!r} (comma-separated names, e.g. rc,cuda_copy)")
+        if any(name in ("all", "^") or name.startswith("^") for name in names):
+            raise ValueError(f"{value!r}: name the transports (no 'all', no '^' exclusions)")
+        unknown = [name for name in names if name not in UCX_TRANSPORTS]
+        if unknown:
+            raise ValueError(f"unknown UCX transport(s) {unknown}; known: {sorted(UCX_TRANSPORTS)}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate transports in {value!r}")
+        return ",".join(names)
+
+    @model_validator(mode="after")
+    def _transport_reaches_the_peer(self) -> NixlTransportConfig:
+        if self.placement == "cross-node" and not UCX_NETWORK_TRANSPORTS & set(self.transports):
+            raise ValueError(
+                f"placement cross-node but ucx_tls {self.tls!r} has no transport that leaves the node "
+                f"(one of {sorted(UCX_NETWORK_TRANSPORTS)})"
+            )
+        return self
+
+    @property
+    def tls(self) -> str:
+        """The UCX_TLS value the cells get (the placement's default when unset)."""
+        return self.ucx_tls or DEFAULT_UCX_TLS[self.placement]
+
+    @property
+    def transports(self) -> list[str]:
+        """UCX_TLS as a list."""
+        return self.tls.split(",")
+
+
+class RotationConfig(Strict):
+    """Rolling coverage of a matrix larger than one run (Kubernetes target with a GPU budget)."""
+
+    every_night: list[CellMatch] | None = Field(
+        None,
+        description="Cells that run every night (with the aggregated controls of their P/D cells). Unset: every "
+        "high-risk cell. The other cells fill the rest of the window, least recently checked first.",
+    )
+    state_file: str | None = Field(
+        None,
+        description="JSON file with each cell's last check time (written atomically after every cell). "
+        "Unset: RESULTS_DIR/rotation-<config name>.json. Keep it on a persistent volume.",
+    )
+
+
 class KubernetesTargetConfig(Strict):
-    """Check cells deployed by the vllm-pd Helm chart."""
+    """Check cells deployed by the vllm-pd Helm chart, or deploy them in waves (gpu_budget)."""
 
     namespace: str = Field("vllm-canary", description="Namespace of the cells.")
     release: str = Field("vllm-pd", description="Helm release name of the vllm-pd chart.")
     in_cluster: bool = Field(True, description="Use the pod's service account (CronJob).")
     kubeconfig: str | None = Field(None, description="Kubeconfig path when not in cluster.")
     ready_timeout_s: PositiveInt = Field(1800, description="Deadline for pods to become Ready.")
+    gpu_budget: PositiveInt | None = Field(
+        None,
+        description="GPUs the canary may hold at once. Set: the controller deploys the cells itself in waves that "
+        "fit (helm template of `chart`), tearing each wave down before the next. Unset: Helm deployed every cell.",
+    )
+    job_deadline_s: PositiveInt = Field(
+        14400,
+        description="Wall-time limit of one run: the helm/canary CronJob's activeDeadlineSeconds is rendered from "
+        "this key. `canary plan` refuses a plan that does not fit; a run starts no wave that would overrun it.",
+    )
+    typical_start_s: PositiveInt = Field(
+        600, description="Typical seconds from creating a wave to its cells being ready (image pull, weights, JIT)."
+    )
+    teardown_timeout_s: PositiveInt = Field(
+        600, description="Deadline for a torn-down wave's pods to disappear before the next wave starts."
+    )
+    chart: str = Field("helm/vllm-pd", description="The vllm-pd chart the waves are rendered from (gpu_budget).")
+    chart_values: list[str] = Field(
+        default_factory=list, description="Values files for the chart (GPU resources, node selectors, model cache)."
+    )
+    rotation: RotationConfig = Field(default_factory=RotationConfig, description="Rolling coverage.")
+    nixl: NixlTransportConfig = Field(
+        default_factory=NixlTransportConfig,
+        description="Placement of prefill and decode and the UCX transports NIXL may use (P/D cells).",
+    )
 
 
 class TargetConfig(Strict):
@@ -479,8 +738,21 @@ class CanaryConfig(Strict):
         for index, extra in enumerate(self.matrix.include):
             if extra.image is not None and extra.image not in image_keys:
                 raise _RefError(f"matrix.include.{index}.image", f"unknown image {extra.image!r}")
+            if extra.decode_image is not None and extra.decode_image not in image_keys:
+                raise _RefError(f"matrix.include.{index}.decode_image", f"unknown image {extra.decode_image!r}")
             if extra.model is not None and extra.model not in model_names:
                 raise _RefError(f"matrix.include.{index}.model", f"unknown model {extra.model!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _nixl_transport_moves_gpu_memory(self) -> CanaryConfig:
+        nixl = self.target.kubernetes.nixl
+        if self.platform != "cpu" and not UCX_CUDA_TRANSPORTS & set(nixl.transports):
+            raise _RefError(
+                "target.kubernetes.nixl.ucx_tls",
+                f"{nixl.tls!r} lists no cuda_copy: on {self.platform} the KV cache is GPU memory, which UCX "
+                "moves only with a CUDA transport (e.g. rc,cuda_copy)",
+            )
         return self
 
     @property

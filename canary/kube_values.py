@@ -62,8 +62,9 @@ def _check_cell(cell: Cell) -> None:
             f"cell {cell.id}: model source {cell.model_source!r} exists only on the local target; "
             "give the model a Hugging Face id or a path inside the image for Kubernetes"
         )
-    if not LABEL_VALUE.match(cell.image) or len(cell.image) > LABEL_VALUE_MAX:
-        raise KubeValuesError(f"cell {cell.id}: image key {cell.image!r} cannot be a Kubernetes label value")
+    for key in {cell.image_for("prefill"), cell.image_for("decode")}:
+        if not LABEL_VALUE.match(key) or len(key) > LABEL_VALUE_MAX:
+            raise KubeValuesError(f"cell {cell.id}: image key {key!r} cannot be a Kubernetes label value")
 
 
 def _cell_values(config: CanaryConfig, cell: Cell, series_hashes: dict[str, str]) -> dict[str, Any]:
@@ -96,6 +97,12 @@ def _cell_values(config: CanaryConfig, cell: Cell, series_hashes: dict[str, str]
         values["risks"] = list(cell.risks)
     if cell.image in series_hashes:
         values["patchSeriesSha256"] = series_hashes[cell.image]
+    if cell.mixed:  # a rolling upgrade that reached one side first: decode runs its own image/runner
+        values["decodeImage"] = cell.image_ref_for("decode")
+        values["decodeImageKey"] = cell.image_for("decode")
+        values["decodeRunner"] = cell.runner_for("decode")
+        if cell.image_for("decode") in series_hashes:
+            values["decodePatchSeriesSha256"] = series_hashes[cell.image_for("decode")]
     return values
 
 
@@ -141,7 +148,7 @@ def render_values(
                 f"cells {seen[cell.k8s_name]} and {cell.id} share the Kubernetes name {cell.k8s_name}"
             )
         seen[cell.k8s_name] = cell.id
-    planned_images = {cell.image for cell in planned}
+    planned_images = {cell.image_for(role) for cell in planned for role in ("prefill", "decode")}
     series_hashes = {
         key: series_sha256(resolve_series(spec.patches, config_dir))
         for key, spec in config.images.items()

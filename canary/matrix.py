@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from canary.catalog import Catalog, load_catalog
+from canary.catalog import Catalog, KernelBlockSizes, load_catalog
 from canary.config import CanaryConfig, CellMatch, Expectation, ExtraCell, Runner, Topology
 
 CellStatus = Literal["planned", "skipped", "unsupported"]
@@ -26,7 +26,8 @@ RISK_KERNEL_SPLIT = "kernel-split"
 RISK_PD_BLOCK_MISMATCH = "pd-block-mismatch"
 RISK_COMPRESSED_CACHE = "compressed-cache"
 RISK_MRV2_PD = "mrv2-pd"
-HIGH_RISKS = frozenset({RISK_KERNEL_SPLIT, RISK_PD_BLOCK_MISMATCH, RISK_COMPRESSED_CACHE})
+RISK_MIXED_PAIR = "mixed-pair"
+HIGH_RISKS = frozenset({RISK_KERNEL_SPLIT, RISK_PD_BLOCK_MISMATCH, RISK_COMPRESSED_CACHE, RISK_MIXED_PAIR})
 
 K8S_NAME_MAX = 40
 
@@ -54,6 +55,32 @@ class Cell(BaseModel):
     reason: str | None = Field(None, description="Why skipped or unsupported.")
     risks: tuple[str, ...] = Field((), description="Risk flags.")
     expect: Expectation | None = Field(None, description="Known outcome from the config.")
+    storage_block_prefill: int | None = Field(
+        None, description="Compressed-cache models: prefill's storage block, block size / compress_ratio."
+    )
+    storage_block_decode: int | None = Field(
+        None, description="Compressed-cache models: decode's storage block, block size / compress_ratio."
+    )
+    decode_runner: Runner | None = Field(None, description="Decode's runner in a mixed pair (None: == runner).")
+    decode_image: str | None = Field(None, description="Decode's image key in a mixed pair (None: == image).")
+    decode_image_ref: str | None = Field(None, description="Decode's image reference in a mixed pair.")
+
+    @property
+    def mixed(self) -> bool:
+        """A P/D pair whose sides run different runners or images (a rolling upgrade)."""
+        return self.decode_runner is not None or self.decode_image is not None
+
+    def runner_for(self, role: str) -> Runner:
+        """The model runner a role runs (decode may differ in a mixed pair)."""
+        return self.decode_runner if role == "decode" and self.decode_runner is not None else self.runner
+
+    def image_for(self, role: str) -> str:
+        """The image key a role runs (decode may differ in a mixed pair)."""
+        return self.decode_image if role == "decode" and self.decode_image is not None else self.image
+
+    def image_ref_for(self, role: str) -> str:
+        """The image reference a role runs."""
+        return self.decode_image_ref if role == "decode" and self.decode_image_ref is not None else self.image_ref
 
     @property
     def high_risk(self) -> bool:
@@ -89,6 +116,12 @@ class Cell(BaseModel):
             "runner": self.runner,
             "topology": self.topology,
             "image": self.image,
+            # a mixed pair's other side is a coordinate of its own; homogeneous cells keep the classic axes
+            **(
+                {"decode_runner": self.runner_for("decode"), "decode_image": self.image_for("decode")}
+                if self.mixed
+                else {}
+            ),
         }
 
 
@@ -123,11 +156,15 @@ def cell_id(
     dtype: str,
     runner: str,
     image: str,
+    decode_runner: str | None = None,
+    decode_image: str | None = None,
 ) -> str:
-    """The readable, stable id of a cell."""
+    """The readable, stable id of a cell (a mixed pair shows both sides: v1-v2, baseline-patched)."""
     topo = "agg" if topology == "aggregated" else "pd"
     blocks = f"b{prefill}" if topology == "aggregated" else f"p{prefill}-d{decode}"
-    parts = [topo, _slug(backend), blocks, _slug(dtype), runner, _slug(image)]
+    runners = runner if decode_runner in (None, runner) else f"{runner}-{decode_runner}"
+    images = _slug(image) if decode_image in (None, image) else f"{_slug(image)}-{_slug(decode_image or '')}"
+    parts = [topo, _slug(backend), blocks, _slug(dtype), runners, images]
     if multi_model:
         parts.insert(0, _slug(model))
     return ".".join(parts)
@@ -154,6 +191,8 @@ def matches(match: CellMatch, cell: Cell) -> bool:
         cell.runner,
         cell.topology,
         cell.image,
+        cell.runner_for("decode"),
+        cell.image_for("decode"),
     )
 
 
@@ -167,6 +206,8 @@ def _matches_values(
     runner: str,
     topology: str,
     image: str,
+    decode_runner: str,
+    decode_image: str,
 ) -> bool:
     checks: list[tuple[object | None, object]] = [
         (match.model, model),
@@ -177,6 +218,8 @@ def _matches_values(
         (match.runner, runner),
         (match.topology, topology),
         (match.image, image),
+        (match.decode_runner, decode_runner),
+        (match.decode_image, decode_image),
     ]
     if any(want is not None and want != have for want, have in checks):
         return False
@@ -194,6 +237,8 @@ class _Coordinates(BaseModel):
     runner: Runner
     topology: Topology
     image: str
+    decode_runner: Runner | None = None
+    decode_image: str | None = None
 
 
 def _cross_product(config: CanaryConfig) -> Iterator[_Coordinates]:
@@ -236,15 +281,27 @@ def _extra_cells(config: CanaryConfig, extra: ExtraCell) -> Iterator[_Coordinate
             runner=extra.runner,
             topology=extra.topology,
             image=image,
+            decode_runner=extra.decode_runner if extra.decode_runner != extra.runner else None,
+            decode_image=extra.decode_image if extra.decode_image != image else None,
         )
+
+
+def kernel_block_sizes_for(
+    config: CanaryConfig, image: str, backend: str, catalog: Catalog | None = None
+) -> KernelBlockSizes:
+    """The kernel block sizes a backend accepts in an image: the image's override, else the catalog's."""
+    override = config.images[image].kernel_block_sizes.get(backend.upper()) if image in config.images else None
+    if override:
+        return KernelBlockSizes(allowed=list(override))
+    return (catalog or load_catalog()).backend(backend).kernel_block_sizes
 
 
 def _judge(config: CanaryConfig, catalog: Catalog, at: _Coordinates) -> Cell:
     model = next(m for m in config.models if m.name == at.model)
-    backend = catalog.backend(at.backend)
     platform = catalog.platforms[config.platform]
-    kernel_prefill = backend.kernel_block_sizes.kernel_block_for(at.prefill)
-    kernel_decode = backend.kernel_block_sizes.kernel_block_for(at.decode)
+    kernel_prefill = kernel_block_sizes_for(config, at.image, at.backend, catalog).kernel_block_for(at.prefill)
+    decode_image = at.decode_image or at.image
+    kernel_decode = kernel_block_sizes_for(config, decode_image, at.backend, catalog).kernel_block_for(at.decode)
 
     risks: list[str] = []
     if (kernel_prefill is not None and kernel_prefill < at.prefill) or (
@@ -253,10 +310,17 @@ def _judge(config: CanaryConfig, catalog: Catalog, at: _Coordinates) -> Cell:
         risks.append(RISK_KERNEL_SPLIT)
     if at.topology == "pd-nixl" and at.prefill != at.decode:
         risks.append(RISK_PD_BLOCK_MISMATCH)
-    if model.compressed_cache is not None:
+    compressed = model.compressed_cache
+    storage_prefill = compressed.storage_block_size(at.prefill) if compressed else None
+    storage_decode = compressed.storage_block_size(at.decode) if compressed else None
+    if compressed is not None and compressed.compress_ratio > 1:
+        # The seed: a storage block smaller than the logical block, where a kernel-block count
+        # computed from block_size instead of the storage block overran the cache by compress_ratio.
         risks.append(RISK_COMPRESSED_CACHE)
-    if at.topology == "pd-nixl" and at.runner == "v2":
+    if at.topology == "pd-nixl" and "v2" in (at.runner, at.decode_runner):
         risks.append(RISK_MRV2_PD)
+    if at.decode_runner is not None or at.decode_image is not None:
+        risks.append(RISK_MIXED_PAIR)
 
     status: CellStatus = "planned"
     reason: str | None = None
@@ -277,7 +341,17 @@ def _judge(config: CanaryConfig, catalog: Catalog, at: _Coordinates) -> Cell:
     del platform
 
     identifier = cell_id(
-        at.model, len(config.models) > 1, at.topology, at.backend, at.prefill, at.decode, at.dtype, at.runner, at.image
+        at.model,
+        len(config.models) > 1,
+        at.topology,
+        at.backend,
+        at.prefill,
+        at.decode,
+        at.dtype,
+        at.runner,
+        at.image,
+        at.decode_runner,
+        at.decode_image,
     )
     return Cell(
         id=identifier,
@@ -298,6 +372,11 @@ def _judge(config: CanaryConfig, catalog: Catalog, at: _Coordinates) -> Cell:
         reason=reason,
         risks=tuple(risks),
         expect=expect,
+        storage_block_prefill=storage_prefill,
+        storage_block_decode=storage_decode,
+        decode_runner=at.decode_runner,
+        decode_image=at.decode_image,
+        decode_image_ref=config.images[at.decode_image].ref if at.decode_image else None,
     )
 
 
@@ -312,11 +391,16 @@ def _impossible_reason(
         return f"{at.backend} is {'an MLA' if backend.mla else 'a non-MLA'} backend; {at.model} needs {want} backend"
     if at.dtype not in backend.kv_cache_dtypes:
         return f"{at.backend} does not support kv_cache_dtype {at.dtype} (supports {backend.kv_cache_dtypes})"
+    if model.compressed_cache is not None:
+        ratio = model.compressed_cache.compress_ratio
+        for role, logical in (("prefill", at.prefill), ("decode", at.decode)):
+            if model.compressed_cache.storage_block_size(logical) is None:
+                return f"block size {logical} ({role}) is not a multiple of {at.model}'s compress_ratio {ratio}"
     for role, logical, kernel in (("prefill", at.prefill, kernel_prefill), ("decode", at.decode, kernel_decode)):
         if kernel is None:
             return (
                 f"no common block size for {logical} ({role}): {at.backend} needs "
-                f"{backend.kernel_block_sizes.describe()}"
+                f"{kernel_block_sizes_for(config, at.image, at.backend, catalog).describe()}"
             )
     return None
 
@@ -330,15 +414,26 @@ def _unsupported_reason(config: CanaryConfig, catalog: Catalog, at: _Coordinates
     limited = backend.kv_cache_dtype_platforms.get(at.dtype)
     if limited is not None and config.platform not in limited:
         return f"kv_cache_dtype {at.dtype} with {at.backend} needs {limited}"
-    if at.runner not in platform.runners:
-        note = platform.runner_notes.get(at.runner, "")
-        return f"model runner {at.runner} does not run on {config.platform}" + (f": {note}" if note else "")
+    for runner in (at.runner, at.decode_runner):
+        if runner is not None and runner not in platform.runners:
+            note = platform.runner_notes.get(runner, "")
+            return f"model runner {runner} does not run on {config.platform}" + (f": {note}" if note else "")
     return None
 
 
 def _matches_coordinates(match: CellMatch, at: _Coordinates) -> bool:
     return _matches_values(
-        match, at.model, at.backend, at.prefill, at.decode, at.dtype, at.runner, at.topology, at.image
+        match,
+        at.model,
+        at.backend,
+        at.prefill,
+        at.decode,
+        at.dtype,
+        at.runner,
+        at.topology,
+        at.image,
+        at.decode_runner or at.runner,
+        at.decode_image or at.image,
     )
 
 

@@ -28,7 +28,13 @@ def reduce_pairwise(cells: Sequence[Cell]) -> list[Cell]:
     planned = [c for c in cells if c.status == "planned"]
     if not planned:
         return list(cells)
-    axes = [name for name in planned[0].axis_values() if len({c.axis_values()[name] for c in planned}) > 1]
+    # a mixed pair adds decode_runner/decode_image to its coordinates: reduce over the axes every cell has
+    common = set.intersection(*(set(c.axis_values()) for c in planned))
+    axes = [
+        name
+        for name in planned[0].axis_values()
+        if name in common and len({c.axis_values()[name] for c in planned}) > 1
+    ]
     if not axes:
         return list(cells)
 

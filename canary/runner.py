@@ -17,8 +17,10 @@ from pathlib import Path
 from canary import __version__
 from canary.checks.base import CHECK_ORDER, CheckContext, registered, run_before_checks
 from canary.config import CanaryConfig
+from canary.history.record import record_run
 from canary.matrix import Cell, Plan
 from canary.results import CellResult, CheckResult, RunResult, Verdict, utc_now, worst
+from canary.stats_gate import apply_family_control
 from canary.targets import create_target
 from canary.targets.base import Deployment, Target
 
@@ -54,6 +56,9 @@ def apply_expectation(cell: Cell, checks: list[CheckResult]) -> tuple[Verdict, s
         if expect.failure_class and observed != expect.failure_class:
             return "fail", f"startup failed as {observed or 'unclassified'}, expected {expect.failure_class}"
         return "expected-fail", f"{expect.reason} (classified {observed or 'unclassified'})"
+    if startup is not None and startup.evidence.get("serving") is False:
+        # check-fail means: it starts, serves, and a check fails; a crash at startup is another outcome
+        return "fail", f"expected the cell to start and fail a check, but it did not start: {startup.summary}"
     if expect.failing_checks is None:
         if failed:
             return "expected-fail", f"{expect.reason} ({reason})"
@@ -79,7 +84,10 @@ def _error_result(name: str, exc: BaseException) -> CheckResult:
 
 
 def run_checks(ctx: CheckContext, progress: Progress) -> list[CheckResult]:
-    """Run the enabled checks of a started cell in CHECK_ORDER; stop after a failed startup."""
+    """Run the enabled checks of a started cell in CHECK_ORDER; stop after a startup that left nothing serving.
+
+    A cell that serves but runs another config or KV layout than asked fails the startup check and is
+    still checked: its parity, accuracy and transfer evidence say what the mismatch does to answers."""
     checks = registered()
     results: list[CheckResult] = []
     hooks_ran = False
@@ -102,8 +110,8 @@ def run_checks(ctx: CheckContext, progress: Progress) -> list[CheckResult]:
         result.duration_s = round(time.monotonic() - started, 3)
         results.append(result)
         progress(f"  {ctx.cell.id}: {name} -> {result.verdict} ({result.duration_s:.1f}s) {result.summary}")
-        if name == "startup" and result.verdict != "pass":
-            break
+        if name == "startup" and result.verdict != "pass" and result.evidence.get("serving") is not True:
+            break  # nothing to check; a serving cell that runs another config/layout is still checked
     return results
 
 
@@ -191,4 +199,9 @@ def execute(
     finally:
         run.finished_at = utc_now()
         run.duration_s = round(time.monotonic() - started, 3)
+    for cell_id in apply_family_control(run.cells, config.checks.throughput.per_request):
+        result = next(c for c in run.cells if c.cell.id == cell_id)
+        result.verdict, result.reason = apply_expectation(result.cell, result.checks)
+    for line in record_run(run, config.export.history, run_dir.parent):
+        progress(line)
     return run

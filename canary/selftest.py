@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -69,6 +69,14 @@ class FaultSpec(_Strict):
     topologies: list[Topology] = Field(min_length=1, description="Cells the fault's run deploys.")
     checks: list[CheckName] | None = Field(None, description="Checks that run (startup always); unset: all.")
     baseline_image: bool = Field(False, description="Also deploy the clean image as the baseline to compare with.")
+    block_size: PositiveInt | None = Field(
+        None, description="Run the fault's cells at this logical block size instead of the config's."
+    )
+    kernel_block_sizes: dict[str, list[PositiveInt]] = Field(
+        default_factory=dict,
+        description="Kernel block sizes the faulty build advertises (images.<key>.kernel_block_sizes), for faults "
+        "that carry a kernel-split build.",
+    )
 
     def series_path(self, faults_file: Path) -> Path:
         """The absolute series file."""
@@ -162,6 +170,7 @@ def fault_config(base: CanaryConfig, fault: FaultSpec, faults_file: Path = FAULT
             "patches": str(fault.series_path(faults_file)),
             "ref": f"{image.ref}+{fault.id}",
             "description": f"{image.description} with seeded fault {fault.id}".strip(),
+            "kernel_block_sizes": dict(fault.kernel_block_sizes) or image.kernel_block_sizes,
         }
     )
     data = base.model_dump(mode="json")
@@ -174,6 +183,9 @@ def fault_config(base: CanaryConfig, fault: FaultSpec, faults_file: Path = FAULT
         data["baseline_image"] = None
     data["matrix"]["images"] = None
     data["matrix"]["topologies"] = list(fault.topologies)
+    if fault.block_size is not None:
+        data["matrix"]["prefill_block_sizes"] = [fault.block_size]
+        data["matrix"]["decode_block_sizes"] = None
     data["matrix"]["include"] = [c for c in data["matrix"]["include"] if c["topology"] in fault.topologies]
     if fault.checks is not None:
         for name in CHECK_ORDER:

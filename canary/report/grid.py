@@ -138,6 +138,29 @@ LATENCY_KEYS: dict[str, str] = {kind: f"{kind}_p50_s" for kind in LATENCIES}
 EXCERPT_KEYS = ("excerpt", "log_tail", "log_excerpt")
 
 
+ROLE_INITIAL = {"aggregated": "", "prefill": "P ", "decode": "D "}
+
+
+def kv_grain(result: CellResult) -> str:
+    """What the engines' layout probe recorded, per engine: logical/kernel block and NIXL's registered
+    block, e.g. `P 128/32 nixl 32 · D 128/128 nixl 128` ('-' where nothing was recorded)."""
+    startup = result.check("startup")
+    layout = startup.evidence.get("layout") if startup is not None else None
+    engines = layout.get("engines") if isinstance(layout, dict) else None
+    if not isinstance(engines, dict):
+        return "-"
+    parts = []
+    for role, summary in engines.items():
+        if not isinstance(summary, dict) or not summary.get("recorded"):
+            continue
+        kernels = summary.get("kernel_block_sizes") or ["?"]
+        text = f"{ROLE_INITIAL.get(role, role + ' ')}{summary.get('logical_block_size', '?')}/{kernels[0]}"
+        if summary.get("nixl_block_size"):
+            text += f" nixl {summary['nixl_block_size']}"
+        parts.append(text)
+    return " · ".join(parts) or "-"
+
+
 def log_excerpt(check: CheckResult) -> str | None:
     """The log lines a check kept as evidence, if any."""
     for key in EXCERPT_KEYS:

@@ -12,6 +12,7 @@ from canary.report.grid import (
     DETAIL_COLUMNS,
     accuracy_interval,
     fmt,
+    kv_grain,
     log_excerpt,
     number,
     sections,
@@ -124,7 +125,7 @@ def _accuracy_chart(run: RunResult) -> str:
 def _table(run: RunResult) -> str:
     head = "".join(
         f"<th>{escape(h)}</th>"
-        for h in ("cell", "verdict", *(c.header for c in DETAIL_COLUMNS), "GSM8K [Wilson]", "reason")
+        for h in ("cell", "verdict", *(c.header for c in DETAIL_COLUMNS), "GSM8K [Wilson]", "KV grain", "reason")
     )
     rows = []
     for result in run.cells:
@@ -132,7 +133,8 @@ def _table(run: RunResult) -> str:
         logs = " ".join(f"<a href='{escape(path)}'>{escape(role)}</a>" for role, path in sorted(result.logs.items()))
         rows.append(
             f"<tr><td><code>{escape(result.cell.id)}</code> {logs}</td><td>{_badge(result.verdict)}</td>{values}"
-            f"<td>{escape(accuracy_interval(result))}</td><td>{escape(result.reason)}</td></tr>"
+            f"<td>{escape(accuracy_interval(result))}</td><td>{escape(kv_grain(result))}</td>"
+            f"<td>{escape(result.reason)}</td></tr>"
         )
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 

@@ -10,6 +10,7 @@ from canary.report.grid import (
     Section,
     accuracy_interval,
     fmt,
+    kv_grain,
     log_excerpt,
     number,
     sections,
@@ -47,7 +48,7 @@ def _grid(section: Section) -> list[str]:
 
 
 def _details(run: RunResult) -> list[str]:
-    headers = ["cell", "verdict", *(c.header for c in DETAIL_COLUMNS), "GSM8K [Wilson]", "reason"]
+    headers = ["cell", "verdict", *(c.header for c in DETAIL_COLUMNS), "GSM8K [Wilson]", "KV grain", "reason"]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for result in run.cells:
         values = [fmt(number(result, c.check, c.key), c.unit) for c in DETAIL_COLUMNS]
@@ -59,6 +60,7 @@ def _details(run: RunResult) -> list[str]:
                     f"{VERDICT_SYMBOL[result.verdict]} {result.verdict}",
                     *values,
                     accuracy_interval(result),
+                    kv_grain(result),
                     _escape(result.reason)[:200],
                 ]
             )

@@ -5,13 +5,15 @@ Targets are chosen by `target.kind` from a small registry (`canary.targets.creat
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from canary.matrix import Cell
+from canary.targets.engine_site.layout_probe import LOG_PREFIX as LAYOUT_LOG_PREFIX
 
 
 @dataclass
@@ -25,12 +27,54 @@ class ServerInfo:
     ready_seconds: float | None = None
     pid: int | None = None
     exit_code: int | None = None
+    layout_dir: Path | None = None
 
     def log_text(self) -> str:
         """The captured log (empty if none)."""
         if self.log_path is None or not self.log_path.exists():
             return ""
         return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def layout(self) -> dict[str, Any] | None:
+        """The engine's layout probe record (canary/targets/engine_site/layout_probe.py), or None.
+
+        Each engine process that allocated a KV cache writes one `layout.<pid>.json` into
+        layout_dir; the record of the first (lowest pid) is returned, the others (tensor-parallel
+        workers) are listed under `workers`. A file that is not valid JSON is reported in the record."""
+        records: list[dict[str, Any]] = []
+        if self.layout_dir is not None and self.layout_dir.is_dir():
+            for path in sorted(self.layout_dir.glob("layout.*.json")):
+                try:
+                    loaded = json.loads(path.read_text(encoding="utf-8"))
+                except (OSError, ValueError) as exc:
+                    loaded = {"error": f"{path.name}: {exc}"}
+                if isinstance(loaded, dict):
+                    records.append(loaded)
+        else:
+            records = layouts_from_log(self.log_text())
+        if not records:
+            return None
+        with_cache = [r for r in records if r.get("kv_cache_groups")] or records
+        first = dict(with_cache[0])
+        if len(with_cache) > 1:
+            first["workers"] = len(with_cache)
+        return first
+
+
+def layouts_from_log(text: str) -> list[dict[str, Any]]:
+    """The last layout record printed by each engine process in a log, by pid."""
+    by_pid: dict[object, dict[str, Any]] = {}
+    for line in text.splitlines():
+        at = line.find(LAYOUT_LOG_PREFIX)
+        if at < 0:
+            continue
+        try:
+            record = json.loads(line[at + len(LAYOUT_LOG_PREFIX) :])
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            by_pid[record.get("pid")] = record
+    return [by_pid[pid] for pid in sorted(by_pid, key=str)]
 
 
 @dataclass
@@ -44,6 +88,9 @@ class Deployment:
     started: bool = False
     ready_seconds: float | None = None
     failure: str | None = None
+    evidence: dict[str, object] = field(default_factory=dict)
+    """What the target observed about how the cell was deployed (Kubernetes: NIXL placement and
+    transport), for checks and reports; JSON-serialisable."""
 
     def server(self, role: str) -> ServerInfo | None:
         """A server by role."""

@@ -9,7 +9,8 @@ of the wave (checks done, an exception, Ctrl-C, SIGTERM at the CronJob's deadlin
 killed outright (SIGKILL) leaves objects behind: `sweep()` at the start of the next run deletes
 every object a wave created (they carry the label canary.vllm.dev/managed-by=canary-waves).
 
-Objects without a cell (the release's ServiceAccount, NetworkPolicies, model-cache PVC) are created
+Objects without a cell (the release's ServiceAccount, NetworkPolicies, model-cache PVC, the KV layout
+probe's ConfigMap) are created
 once per run and deleted at its end; one that already exists (installed by Helm) is used and left.
 """
 
@@ -46,6 +47,7 @@ RESOURCES: dict[tuple[str, str], str] = {
     ("apps/v1", "Deployment"): "deployments",
     ("v1", "Service"): "services",
     ("v1", "ServiceAccount"): "serviceaccounts",
+    ("v1", "ConfigMap"): "configmaps",
     ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
     ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkersets",

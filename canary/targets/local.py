@@ -21,14 +21,14 @@ import json
 import os
 import shlex
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from canary.catalog import load_catalog
 from canary.config import CanaryConfig
-from canary.engine_env import EngineRole, cpu_binds, engine_env, router_env
+from canary.engine_env import LAYOUT_DIR_ENV, EngineRole, cpu_binds, engine_env, router_env
 from canary.errors import CanaryError
 from canary.matrix import Cell
 from canary.paths import CACHE_DIR, REPO_ROOT
@@ -37,10 +37,22 @@ from canary.targets import processes
 from canary.targets.base import Deployment, ServerInfo
 from canary.targets.readiness import probe, wait_ready
 
+ENGINE_ROLES = ("aggregated", "prefill", "decode")
+QUIET_ENDPOINTS = "/health,/metrics"
+"""--disable-access-log-for-endpoints (vLLM 0.32/0.33 frontend flag, pinned by tests/source)."""
+
 ROUTER_READY_MIN_S = 60.0
 """The router gets at least this long to come up, even when the engines used most of the deadline."""
 
 BUILTIN_PREFIX = "builtin:"
+
+
+@dataclass(frozen=True)
+class EngineBuild:
+    """How one image's engine runs locally: its venv's python and the patched vllm copy first on PYTHONPATH."""
+
+    python: Path
+    python_path: tuple[str, ...] = ()
 
 
 @dataclass
@@ -109,31 +121,36 @@ class LocalTarget:
 
     # ------------------------------------------------------------------ commands
 
-    def engine_python(self, cell: Cell) -> Path:
-        """The engine venv's python for the cell's image."""
-        image = self.config.images[cell.image]
-        text = image.engine_python or self.settings.engine_python
-        return resolve_executable(text, f"engine python of image {cell.image!r}", "run `make engine-venv`")
+    def engine_python(self, image_key: str) -> Path:
+        """The engine venv's python of an image."""
+        text = self._engine_python_text(image_key)
+        return resolve_executable(text, f"engine python of image {image_key!r}", "run `make engine-venv`")
 
-    def _engine_python_text(self, cell: Cell) -> str:
-        image = self.config.images[cell.image]
-        return image.engine_python or self.settings.engine_python
+    def _engine_python_text(self, image_key: str) -> str:
+        return self.config.images[image_key].engine_python or self.settings.engine_python
 
-    def overlay(self, cell: Cell) -> Path | None:
-        """The patched vLLM copy for the cell's image (`images.<key>.patches`), built once and cached."""
-        series = self.config.images[cell.image].patches
+    def overlay(self, image_key: str) -> Path | None:
+        """The patched vLLM copy of an image (`images.<key>.patches`), built once and cached."""
+        series = self.config.images[image_key].patches
         if series is None:
             return None
-        if cell.image not in self._overlays:
+        if image_key not in self._overlays:
             from canary.overlay import build_overlay
 
             path = _as_absolute(series)
             if not path.is_file():
-                raise CanaryError(f"patch series {series!r} of image {cell.image!r} not found ({path})")
-            self._overlays[cell.image] = build_overlay(
-                path, engine_python=self.engine_python(cell), cache_root=self.cache_dir / "overlays"
+                raise CanaryError(f"patch series {series!r} of image {image_key!r} not found ({path})")
+            self._overlays[image_key] = build_overlay(
+                path, engine_python=self.engine_python(image_key), cache_root=self.cache_dir / "overlays"
             )
-        return self._overlays[cell.image]
+        return self._overlays[image_key]
+
+    def engine_builds(self, cell: Cell) -> dict[str, EngineBuild]:
+        """The engine build (python, patched overlay) of every image the cell runs; builds overlays."""
+        return {
+            key: EngineBuild(self.engine_python(key), tuple(str(p) for p in [self.overlay(key)] if p is not None))
+            for key in dict.fromkeys(cell.image_for(role) for role in ENGINE_ROLES)
+        }
 
     def _model_spec(self, cell: Cell) -> tuple[int, int, list[str]]:
         model = next(m for m in self.config.models if m.name == cell.model)
@@ -161,6 +178,9 @@ class LocalTarget:
             cell.backend,
             "--kv-cache-dtype",
             cell.kv_cache_dtype,
+            # The canary polls /health and /metrics: their access lines would bury the startup record.
+            "--disable-access-log-for-endpoints",
+            QUIET_ENDPOINTS,
         ]
         if tp > 1:
             argv += ["--tensor-parallel-size", str(tp)]
@@ -210,17 +230,25 @@ class LocalTarget:
         cell: Cell,
         ports: Mapping[str, str],
         *,
-        python: Path,
+        builds: Mapping[str, EngineBuild],
         model_path: str,
-        python_path: Sequence[Path | str] = (),
+        layout_root: Path | str | None = None,
     ) -> list[ServerPlan]:
-        """Every process of the cell, in start order. `ports` maps names (see port_names) to values."""
+        """Every process of the cell, in start order. `ports` maps names (see port_names) to values;
+        `builds` maps each image key of the cell to its engine build (a mixed pair has two).
+
+        layout_root: the cell's log directory; each engine's layout probe writes to <role>.layout/ in it."""
         host = self.settings.host
+        probe = self.config.checks.startup.layout_probe
+        layout_dirs = {r: (f"{layout_root}/{r}.layout" if probe and layout_root else None) for r in ENGINE_ROLES}
         if cell.topology == "aggregated":
-            role = EngineRole(runner=cell.runner)
-            env = engine_env(self.config, role, engine_python=python, cache_dir=self.cache_dir, python_path=python_path)
+            build = builds[cell.image]
+            role = EngineRole(runner=cell.runner, layout_dir=layout_dirs["aggregated"])
+            env = engine_env(
+                self.config, role, engine_python=build.python, cache_dir=self.cache_dir, python_path=build.python_path
+            )
             argv = self.engine_argv(
-                cell, str(python), model_path, "aggregated", ports["aggregated"], cell.prefill_block_size
+                cell, str(build.python), model_path, "aggregated", ports["aggregated"], cell.prefill_block_size
             )
             return [ServerPlan("aggregated", argv, env, ports["aggregated"])]
         binds = cpu_binds(self.cores, 2) if self.config.platform == "cpu" else [None, None]
@@ -229,9 +257,17 @@ class LocalTarget:
             (("prefill", cell.prefill_block_size), ("decode", cell.decode_block_size))
         ):
             side = ports[f"{role_name}_nixl"]
-            role = EngineRole(runner=cell.runner, nixl_side_channel_port=side, cpu_bind=binds[index])
-            env = engine_env(self.config, role, engine_python=python, cache_dir=self.cache_dir, python_path=python_path)
-            argv = self.engine_argv(cell, str(python), model_path, role_name, ports[role_name], block)
+            build = builds[cell.image_for(role_name)]
+            role = EngineRole(
+                runner=cell.runner_for(role_name),
+                nixl_side_channel_port=side,
+                cpu_bind=binds[index],
+                layout_dir=layout_dirs[role_name],
+            )
+            env = engine_env(
+                self.config, role, engine_python=build.python, cache_dir=self.cache_dir, python_path=build.python_path
+            )
+            argv = self.engine_argv(cell, str(build.python), model_path, role_name, ports[role_name], block)
             plans.append(ServerPlan(role_name, argv, env, ports[role_name], side_ports=[side]))
         program = self._router_command()[0]
         router_bin = Path(program).parent if "/" in program else None
@@ -256,23 +292,27 @@ class LocalTarget:
         """What deploy would run for this cell (ports are placeholders: they are picked at run time)."""
         ports = {name: f"${name.upper()}_PORT" for name in self.port_names(cell)}
         notes: list[str] = []
-        try:
-            python = self.engine_python(cell)
-        except CanaryError as exc:
-            python = _as_absolute(self._engine_python_text(cell))
-            notes.append(str(exc))
+        builds: dict[str, EngineBuild] = {}
+        for key in dict.fromkeys(cell.image_for(role) for role in ENGINE_ROLES):
+            try:
+                python = self.engine_python(key)
+            except CanaryError as exc:
+                python = _as_absolute(self._engine_python_text(key))
+                notes.append(str(exc))
+            series = self.config.images[key].patches
+            builds[key] = EngineBuild(python, (f"$OVERLAY_OF({series})",) if series else ())
+            if series:
+                notes.append(
+                    f"{series} is applied to a copy of the engine's vllm (canary.overlay), first on PYTHONPATH"
+                )
         try:
             model_path = resolve_model(cell.model_source, self.cache_dir)
         except CanaryError as exc:
             model_path = str(self.cache_dir / "models" / cell.model_source.removeprefix(BUILTIN_PREFIX))
             notes.append(str(exc))
-        series = self.config.images[cell.image].patches
-        overlay = [f"$OVERLAY_OF({series})"] if series else []
-        if series:
-            notes.append(f"{series} is applied to a copy of the engine's vllm (canary.overlay), first on PYTHONPATH")
         servers = [
             {"role": p.role, "command": shlex.join(p.argv), "argv": p.argv, "env": p.env}
-            for p in self.plan_servers(cell, ports, python=python, model_path=model_path, python_path=overlay)
+            for p in self.plan_servers(cell, ports, builds=builds, model_path=model_path, layout_root="$CELL_LOG_DIR")
         ]
         return {
             "servers": servers,
@@ -287,17 +327,14 @@ class LocalTarget:
     @contextmanager
     def deploy(self, cell: Cell, log_dir: Path) -> Iterator[Deployment]:
         """Start the cell's servers; yield the Deployment; stop every process group on exit."""
-        python = self.engine_python(cell)
+        builds = self.engine_builds(cell)
         model_path = resolve_model(cell.model_source, self.cache_dir)
         if cell.topology == "pd-nixl":
             resolve_executable(self.settings.router[0], "P/D router", "run `make engine-venv` (vllm-router)")
         names = self.port_names(cell)
         ports = dict(zip(names, (str(p) for p in processes.free_ports(len(names), self.settings.host)), strict=True))
-        overlay = self.overlay(cell)
-        plans = self.plan_servers(
-            cell, ports, python=python, model_path=model_path, python_path=[overlay] if overlay else []
-        )
         log_dir.mkdir(parents=True, exist_ok=True)
+        plans = self.plan_servers(cell, ports, builds=builds, model_path=model_path, layout_root=log_dir.absolute())
         deployment = Deployment(cell=cell, base_url="", served_model=cell.model)
         started: dict[str, processes.ManagedProcess] = {}
         try:
@@ -328,6 +365,7 @@ class LocalTarget:
             metrics_url=f"{self._url(metrics_port)}/metrics",
             log_path=log_path,
             pid=proc.pid,
+            layout_dir=Path(plan.env[LAYOUT_DIR_ENV]) if LAYOUT_DIR_ENV in plan.env else None,
         )
         return proc
 

@@ -151,7 +151,11 @@ def test_aggregated_cell_passes_with_live_config(agg_deployment: Deployment, tmp
     assert 0 < result.metrics["ready_s_aggregated"] <= result.metrics["ready_s_total"]
     observed = result.evidence["live_config"]["aggregated"]["observed"]
     assert (observed["backend"], observed["runner"]) == ("CPU_ATTN", "v1")
-    assert [g.passed for g in result.gates] == [True]
+    assert {g.name: g.passed for g in result.gates} == {
+        "live-config-aggregated": True,
+        "layout-kernel-block-aggregated": True,
+        "layout-tensor-grain-aggregated": True,
+    }
 
 
 def test_pd_cell_passes_with_live_config_on_both_engines(
@@ -164,7 +168,15 @@ def test_pd_cell_passes_with_live_config_on_both_engines(
         assert result.metrics[f"block_size_{role}"] == 32
         assert result.metrics[f"num_gpu_blocks_{role}"] > 0
     assert result.metrics["ready_s_router"] > 0
-    assert {g.name for g in result.gates} == {"live-config-prefill", "live-config-decode"}
+    assert {g.name for g in result.gates} == {
+        "live-config-prefill",
+        "live-config-decode",
+        *(
+            f"layout-{gate}-{role}"
+            for gate in ("kernel-block", "tensor-grain", "nixl-grain")
+            for role in ("prefill", "decode")
+        ),
+    }
 
 
 def test_pd_cell_serves_through_nixl(pd_deployment: Deployment) -> None:
@@ -213,6 +225,6 @@ def test_endpoint_target_checks_a_running_server(agg_deployment: Deployment, tmp
         result = run_startup(config, deployment, tmp_path)
     assert result.verdict == "pass", result.summary
     assert result.metrics["block_size_aggregated"] == 32
-    assert result.evidence["unverified"] == {"aggregated": ["attention backend", "model runner"]}
+    assert result.evidence["unverified"] == {"aggregated": ["attention backend", "model runner", "kernel block size"]}
     assert agg_deployment.servers["aggregated"].pid is not None
     assert pid_alive(agg_deployment.servers["aggregated"].pid)  # still running: nothing was stopped

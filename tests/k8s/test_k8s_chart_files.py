@@ -25,3 +25,10 @@ def test_chart_dashboards_equal_configs_dashboards() -> None:
     assert [p.name for p in copies] == [p.name for p in originals], "run `make chart-files`"
     for original, copy in zip(originals, copies, strict=True):
         assert copy.read_bytes() == original.read_bytes(), f"{copy.name} is stale: run `make chart-files`"
+
+
+def test_chart_layout_probe_equals_the_engine_site_module() -> None:
+    """The vllm-pd chart mounts the same KV layout probe the local target loads."""
+    original = REPO / "canary" / "targets" / "engine_site" / "layout_probe.py"
+    copy = CHARTS / "vllm-pd" / "files" / "layout_probe.py"
+    assert copy.read_bytes() == original.read_bytes(), "helm/vllm-pd/files/layout_probe.py: run `make chart-files`"

@@ -97,7 +97,7 @@ def test_endpoint_passes_and_reads_block_size_from_metrics(stand_in: str, tmp_pa
     assert result.verdict == "pass", result.summary
     assert result.metrics["block_size_aggregated"] == 32
     # No logs behind an endpoint: backend and runner are reported as not verifiable, not failed.
-    assert result.evidence["unverified"] == {"aggregated": ["attention backend", "model runner"]}
+    assert result.evidence["unverified"] == {"aggregated": ["attention backend", "model runner", "kernel block size"]}
 
 
 def test_endpoint_running_another_block_size_fails(stand_in: str, tmp_path: Path) -> None:

@@ -8,7 +8,10 @@ from canary.checks.startup import (
     backend_from_log,
     cache_config,
     compare,
+    kernel_block_from_layout,
+    kernel_block_from_log,
     kv_tokens_from_log,
+    missing_evidence,
     runner_from_log,
 )
 from canary.promtext import parse
@@ -105,6 +108,7 @@ def _observed(**changes: object) -> Observed:
         kv_cache_size_tokens=2097152,
         backend="CPU_ATTN",
         runner="v1",
+        kernel_block_size=32,
         sources={"backend": "log line B", "runner": "log line R"},
     )
     for key, value in changes.items():
@@ -134,6 +138,7 @@ def test_compare_block_sizes_dtype_and_empty_cache() -> None:
         "block_size: asked 64, runs 32",
         "effective_attention_block_size: asked 64, runs 32",
         "kv_cache_dtype: asked fp8, runs auto",
+        "kernel block size: asked 64, runs 32",
         "KV cache: 0 blocks allocated",
     ]
 
@@ -141,4 +146,70 @@ def test_compare_block_sizes_dtype_and_empty_cache() -> None:
 def test_what_cannot_be_read_is_unverified_not_failed() -> None:
     mismatches, unverified = compare(_expected(), Observed(block_size=32))
     assert mismatches == []
-    assert unverified == ["effective_attention_block_size", "kv_cache_dtype", "attention backend", "model runner"]
+    assert unverified == [
+        "effective_attention_block_size",
+        "kv_cache_dtype",
+        "attention backend",
+        "model runner",
+        "kernel block size",
+    ]
+
+
+# vLLM 0.33 logs one access line per request; the canary polls /health and /metrics all night.
+ACCESS_LINE = '(APIServer pid=7) INFO:     127.0.0.1:51234 - "GET /metrics HTTP/1.1" 200 OK\n'
+
+
+def test_flashinfer_128_compares_logical_with_logical() -> None:
+    """effective_attention_block_size is the LOGICAL block (vllm/v1/engine/core.py): FLASHINFER at 128
+    runs 64-token kernel blocks and still reports 128 there. Judging it against the kernel block
+    would fail every FlashInfer-128 cell on every image."""
+    expected = _expected(block_size=128, kernel_block_size=64, backend="FLASHINFER", runner="v2")
+    observed = _observed(
+        block_size=128, effective_attention_block_size=128, backend="FLASHINFER", runner="v2", kernel_block_size=None
+    )
+    mismatches, unverified = compare(expected, observed)
+    assert mismatches == []
+    assert unverified == ["kernel block size"]  # no NIXL line, no probe: unknown, not a failure
+    assert missing_evidence(observed, unverified) == []
+
+
+def test_kernel_block_read_from_the_nixl_line_is_compared_with_the_plan() -> None:
+    line = (
+        "(EngineCore_DP0 pid=9) INFO 05-01 10:00:00 [base_worker.py:952] User-specified logical block size (128) "
+        "does not match physical kernel block size (64). Using the latter.\n"
+    )
+    kernel, evidence = kernel_block_from_log(GPU_LOG + line)
+    assert kernel == 64 and "physical kernel block size (64)" in evidence
+    assert kernel_block_from_log(GPU_LOG) == (None, "")
+    expected = _expected(block_size=128, kernel_block_size=32)
+    mismatches, _ = compare(
+        expected, _observed(block_size=128, effective_attention_block_size=128, kernel_block_size=64)
+    )
+    assert mismatches == ["kernel block size: asked 32, runs 64"]
+
+
+def test_kernel_block_from_a_layout_record() -> None:
+    record = {"kv_cache_groups": [{"logical_block_size": 128, "kernel_block_sizes": [32]}]}
+    assert kernel_block_from_layout(record) == 32
+    assert kernel_block_from_layout({"kv_cache_groups": []}) is None
+    assert kernel_block_from_layout(None) is None
+
+
+def test_a_log_without_its_start_is_unknown_not_v1() -> None:
+    """The last lines of a long-lived V2 server are access lines: no runner line there means nothing."""
+    tail_only = ACCESS_LINE * 5000
+    assert runner_from_log(tail_only)[0] is None
+    assert backend_from_log(tail_only, cpu=True)[0] is None
+    observed = _observed(runner=None, backend=None)
+    _, unverified = compare(_expected(runner="v2"), observed)
+    assert missing_evidence(observed, unverified) == ["attention backend", "model runner"]
+    # the same V2 server's log from its start is judged v2
+    assert runner_from_log(GPU_LOG + tail_only)[0] == "v2"
+
+
+def test_a_server_with_no_log_at_all_leaves_log_fields_unverified() -> None:
+    """The endpoint target has no log by design: those fields are unverified, not 'cannot judge'."""
+    observed = Observed(block_size=32, has_log=False)
+    _, unverified = compare(_expected(), observed)
+    assert "model runner" in unverified
+    assert missing_evidence(observed, unverified) == []

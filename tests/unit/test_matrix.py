@@ -35,7 +35,8 @@ def test_flashinfer_128_on_h200_is_kernel_split_risk() -> None:
     assert cell.status == "planned"
     assert cell.kernel_block_prefill == 64 and cell.kernel_block_decode == 64
     assert RISK_KERNEL_SPLIT in cell.risks and cell.high_risk
-    assert cell.expect is not None and cell.expect.failure_class == "nixl-registration-mismatch"
+    # vLLM 0.33.0 carries the fix: the seed crash is expected of 0.21.0 only (configs/seed-42846.yaml).
+    assert cell.expect is not None and cell.expect.expect == "pass"
     same_at_64 = find(cells, "pd.flashinfer.p64-d64.auto.v2.baseline")
     assert same_at_64 is not None and RISK_KERNEL_SPLIT not in same_at_64.risks
 
@@ -82,6 +83,11 @@ def test_cpu_default_cells_and_order() -> None:
         "pd.cpu_attn.p32-d32.auto.v1.baseline",
         "pd.cpu_attn.p32-d64.auto.v1.baseline",
         "pd.cpu_attn.p128-d128.auto.v1.baseline",
+        # the kernel-split build: logical 128 over 32-token kernel blocks
+        "agg.cpu_attn.b128.auto.v1.kernel32",
+        "pd.cpu_attn.p128-d128.auto.v1.kernel32",
+        # a mixed pair: prefill on the kernel-split build, decode on the baseline
+        "pd.cpu_attn.p128-d128.auto.v1.kernel32-baseline",
     ]
 
 

@@ -89,7 +89,7 @@ def _pd_mismatch_cell(failing_checks: list[str] | None) -> Cell:
     """cpu-default's p32-d64 cell with a check-fail expectation (the default config's own, or these checks)."""
     overrides = (
         []
-        if failing_checks == ["parity", "accuracy"]
+        if failing_checks == ["parity", "accuracy", "kv_transfer"]
         else [
             "matrix.expectations="
             + json.dumps(
@@ -194,3 +194,33 @@ def test_ctrl_c_marks_the_rest_and_returns(tmp_path: Path, monkeypatch: pytest.M
     rest = [c for c in run.cells if c.reason == "interrupted (Ctrl-C)"]
     assert rest[0].cell.id == "pd.cpu_attn.p32-d32.auto.v1.baseline"
     assert target.deployed == target.torn_down
+
+
+def test_check_fail_expectation_is_not_met_by_a_startup_crash() -> None:
+    """check-fail means: it starts and serves, then a check fails. A crash is another outcome."""
+    cell = _pd_mismatch_cell(["startup"])
+    crashed = CheckResult(name="startup", verdict="fail", summary="decode exited", evidence={"serving": False})
+    verdict, reason = apply_expectation(cell, [crashed])
+    assert verdict == "fail" and "did not start" in reason
+    gated = CheckResult(name="startup", verdict="fail", summary="layout-nixl-grain", evidence={"serving": True})
+    verdict, _ = apply_expectation(cell, [gated, _check("kv_transfer", "pass")])
+    assert verdict == "expected-fail"
+
+
+@pytest.mark.parametrize(("serving", "ran"), [(True, ["startup", "accuracy"]), (False, ["startup"])])
+def test_a_serving_cell_whose_startup_check_fails_is_still_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serving: bool, ran: list[str]
+) -> None:
+    def startup(ctx: checks_base.CheckContext) -> CheckResult:
+        return CheckResult(name="startup", verdict="fail", summary="layout", evidence={"serving": serving})
+
+    def accuracy(ctx: checks_base.CheckContext) -> CheckResult:
+        return _check("accuracy", "pass")
+
+    import canary.runner
+
+    monkeypatch.setattr(canary.runner, "registered", lambda: {"startup": startup, "accuracy": accuracy})
+    config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["matrix.expectations=[]"])
+    run = execute(config, plan(config), tmp_path / "run", target=StandInTarget(), progress=lambda _: None)
+    cell = next(c for c in run.cells if c.cell.id == "agg.cpu_attn.b32.auto.v1.baseline")
+    assert [c.name for c in cell.checks] == ran and cell.verdict == "fail"

