@@ -156,7 +156,8 @@ def test_vllm_pd_defaults_render_nothing_but_shared_objects(
     crds: dict[tuple[str, str], dict[str, Any]], helm_home: Path
 ) -> None:
     docs = render("vllm-pd", helm_home)
-    assert kinds(docs) == {"ServiceAccount": 1, "NetworkPolicy": 2}
+    # the release's shared objects; the ConfigMap carries the KV layout probe (vllm.layoutProbe)
+    assert kinds(docs) == {"ServiceAccount": 1, "NetworkPolicy": 2, "ConfigMap": 1}
     assert validate(docs, crds) == []
 
 
