@@ -14,6 +14,11 @@ from canary.paths import REPO_ROOT
 from canary.targets.local import EngineBuild, LocalTarget
 
 
+def _pd(**fields: Any) -> dict[str, Any]:
+    """A P/D include at logical 128 on CPU_ATTN, with these fields on top."""
+    return {"backend": "CPU_ATTN", "prefill_block_size": 128, "decode_block_size": 128, "topology": "pd-nixl", **fields}
+
+
 def _config(*includes: dict[str, Any]) -> CanaryConfig:
     data = yaml.safe_load((REPO_ROOT / "configs" / "cpu-default.yaml").read_text())
     data["matrix"]["include"] = list(includes)
@@ -25,14 +30,7 @@ def _config(*includes: dict[str, Any]) -> CanaryConfig:
 
 def test_mixed_image_pair_is_planned_with_its_own_id_kernels_and_risk() -> None:
     config = _config(
-        {
-            "backend": "CPU_ATTN",
-            "prefill_block_size": 128,
-            "decode_block_size": 128,
-            "topology": "pd-nixl",
-            "image": "baseline",
-            "decode_image": "kernel32",
-        },
+        _pd(image="baseline", decode_image="kernel32"),
     )
     (cell,) = [c for c in plan(config).planned() if c.topology == "pd-nixl"]
     assert cell.id == "pd.cpu_attn.p128-d128.auto.v1.baseline-kernel32"
@@ -44,14 +42,7 @@ def test_mixed_image_pair_is_planned_with_its_own_id_kernels_and_risk() -> None:
 
 def test_a_pair_that_names_its_own_image_for_decode_is_not_mixed() -> None:
     config = _config(
-        {
-            "backend": "CPU_ATTN",
-            "prefill_block_size": 128,
-            "decode_block_size": 128,
-            "topology": "pd-nixl",
-            "image": "kernel32",
-            "decode_image": "kernel32",
-        },
+        _pd(image="kernel32", decode_image="kernel32"),
     )
     (cell,) = [c for c in plan(config).planned() if c.topology == "pd-nixl"]
     assert not cell.mixed and cell.decode_image is None
@@ -60,15 +51,7 @@ def test_a_pair_that_names_its_own_image_for_decode_is_not_mixed() -> None:
 
 def test_mixed_runner_on_cpu_is_unsupported_with_the_reason() -> None:
     config = _config(
-        {
-            "backend": "CPU_ATTN",
-            "prefill_block_size": 128,
-            "decode_block_size": 128,
-            "topology": "pd-nixl",
-            "runner": "v1",
-            "decode_runner": "v2",
-            "image": "baseline",
-        },
+        _pd(runner="v1", decode_runner="v2", image="baseline"),
     )
     (cell,) = [c for c in plan(config).cells if c.topology == "pd-nixl"]
     assert cell.id == "pd.cpu_attn.p128-d128.auto.v1-v2.baseline"
@@ -78,37 +61,14 @@ def test_mixed_runner_on_cpu_is_unsupported_with_the_reason() -> None:
 
 def test_mixed_fields_need_pd_and_a_known_image() -> None:
     with pytest.raises(ConfigError, match="need topology: pd-nixl"):
-        _config(
-            {
-                "backend": "CPU_ATTN",
-                "prefill_block_size": 128,
-                "decode_block_size": 128,
-                "topology": "aggregated",
-                "decode_image": "kernel32",
-            }
-        )
+        _config(_pd(topology="aggregated", decode_image="kernel32"))
     with pytest.raises(ConfigError, match=r"matrix.include.0.decode_image.*unknown image 'nope'"):
-        _config(
-            {
-                "backend": "CPU_ATTN",
-                "prefill_block_size": 128,
-                "decode_block_size": 128,
-                "topology": "pd-nixl",
-                "decode_image": "nope",
-            }
-        )
+        _config(_pd(decode_image="nope"))
 
 
 def test_local_target_runs_each_side_from_its_own_build(tmp_path: Any) -> None:
     config = _config(
-        {
-            "backend": "CPU_ATTN",
-            "prefill_block_size": 128,
-            "decode_block_size": 128,
-            "topology": "pd-nixl",
-            "image": "baseline",
-            "decode_image": "kernel32",
-        },
+        _pd(image="baseline", decode_image="kernel32"),
     )
     (cell,) = [c for c in plan(config).planned() if c.topology == "pd-nixl"]
     target = LocalTarget(config, cache_dir=tmp_path, cores=2)
