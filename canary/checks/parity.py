@@ -16,8 +16,10 @@ An aggregated cell measures the *reference* on itself, per prompt:
 The null arm (the noise floor) is miss vs again (generation vs generation) and miss vs forced
 (teacher-forced vs generated). Too few evidence prompts: `invalid`, never pass.
 
-A P/D cell generates every prompt through its router, and its own prefill server (a plain request,
-no KV transfer) re-scores the P/D output teacher-forced. Compared (canary/fidelity.py):
+A P/D cell generates every prompt through its router in one concurrent wave (null_concurrency, like
+the null arm's `again` wave, whose miss-vs-again comparison is the floor of that batch-composition
+difference), and its own prefill server (a plain request, no KV transfer) re-scores each P/D output
+teacher-forced as soon as it arrives. Compared (canary/fidelity.py):
   P/D generation vs the control's miss generation: greedy tokens, top-k KL;
   P/D generation vs the teacher-forced control scoring of the same tokens: top-k KL, max |delta
   logprob| and top-1 agreement at every position, even where greedy tokens agree.
@@ -258,16 +260,23 @@ def _pd_result(ctx: CheckContext, prompts: Sequence[ParityPrompt], evidence: dic
         if invalid is not None:
             return invalid
         kept = [ref for ref in refs if ref.evidence]  # the others prove nothing: not sent
-        outputs = [generate(ctx.deployment.base_url, model, ref.prompt.ids, n, k, timeout) for ref in kept]
-        with ThreadPoolExecutor(max_workers=settings.null_concurrency, thread_name_prefix="parity-rescore") as pool:
-            scored = [
-                pool.submit(rescore, prefill.base_url, model, ref.prompt.ids, [p.token for p in pd], k, timeout)
-                for ref, pd in zip(kept, outputs, strict=True)
-            ]
-            forced = [f.result() for f in scored]
+        scorer, started = prefill.base_url, time.monotonic()
+
+        def generate_and_rescore(ref: Reference) -> tuple[Series, Series]:
+            pd = generate(ctx.deployment.base_url, model, ref.prompt.ids, n, k, timeout)
+            return pd, rescore(scorer, model, ref.prompt.ids, [p.token for p in pd], k, timeout)
+
+        # One concurrent wave, as the null arm's `again` wave: its miss-vs-again comparison is the
+        # noise floor of exactly this difference (batch composition), so the gates stay calibrated.
+        with ThreadPoolExecutor(max_workers=settings.null_concurrency, thread_name_prefix="parity-pd") as pool:
+            done = [f.result() for f in [pool.submit(generate_and_rescore, ref) for ref in kept]]
+        evidence["pd_wave"] = {
+            "concurrency": settings.null_concurrency,
+            "requests": 2 * len(kept),
+            "seconds": round(time.monotonic() - started, 2),
+        }
         rows = [
-            (ref, pd, compare(ref.miss, pd), compare(pd, tf, True))
-            for ref, pd, tf in zip(kept, outputs, forced, strict=True)
+            (ref, pd, compare(ref.miss, pd), compare(pd, tf, True)) for ref, (pd, tf) in zip(kept, done, strict=True)
         ]
     except ParityError as exc:
         return CheckResult(name="parity", verdict="error", summary=str(exc), evidence=evidence)
