@@ -33,7 +33,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
+from canary.checks import startup_phases
 from canary.checks.base import CheckContext, register
 from canary.checks.layout import judge_layouts
 from canary.errors import CanaryError
@@ -392,6 +394,9 @@ def startup_check(ctx: CheckContext) -> CheckResult:
     }
     if deployment.evidence:
         evidence["deployment"] = deployment.evidence  # e.g. NIXL transport and placement, asked vs observed
+    start_phases = _phases(deployment)
+    if start_phases:
+        evidence["start_phases"] = start_phases
     if unverified:
         evidence["unverified"] = unverified
     if all_mismatches:
@@ -422,6 +427,19 @@ def startup_check(ctx: CheckContext) -> CheckResult:
         gates=gates,
         evidence=evidence,
     )
+
+
+def _phases(deployment: Deployment) -> dict[str, dict[str, Any]]:
+    """Where each engine's start went (canary/checks/startup_phases.py), for servers with a log,
+    a launch time and a ready time; the router has no vLLM log."""
+    out = {}
+    for role, server in deployment.servers.items():
+        if role == "router" or server.launched_at is None or server.ready_seconds is None:
+            continue
+        text = server.log_text()
+        if text:
+            out[role] = startup_phases.phases(text, server.launched_at, server.ready_seconds)
+    return out
 
 
 def _ready_summary(metrics: dict[str, float]) -> str:

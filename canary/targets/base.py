@@ -25,6 +25,8 @@ class ServerInfo:
     metrics_url: str | None = None
     log_path: Path | None = None
     ready_seconds: float | None = None
+    launched_at: float | None = None
+    """Wall-clock time (epoch seconds) the process or container was started, where known."""
     pid: int | None = None
     exit_code: int | None = None
     layout_dir: Path | None = None

@@ -353,6 +353,7 @@ class LocalTarget:
     ) -> processes.ManagedProcess:
         log_path = log_dir / f"{plan.role}.log"
         log_path.write_text(f"# canary: {shlex.join(plan.argv)}\n", encoding="utf-8")
+        launched_at = time.time()
         ports = [int(p) for p in [plan.port, plan.metrics_port, *plan.side_ports] if p is not None]
         proc = processes.start(
             plan.role, plan.argv, plan.env, log_path, cwd=REPO_ROOT, ports=ports, nice=self.settings.nice
@@ -365,6 +366,7 @@ class LocalTarget:
             metrics_url=f"{self._url(metrics_port)}/metrics",
             log_path=log_path,
             pid=proc.pid,
+            launched_at=launched_at,
             layout_dir=Path(plan.env[LAYOUT_DIR_ENV]) if LAYOUT_DIR_ENV in plan.env else None,
         )
         return proc

@@ -151,6 +151,13 @@ def test_aggregated_cell_passes_with_live_config(agg_deployment: Deployment, tmp
     assert 0 < result.metrics["ready_s_aggregated"] <= result.metrics["ready_s_total"]
     observed = result.evidence["live_config"]["aggregated"]["observed"]
     assert (observed["backend"], observed["runner"]) == ("CPU_ATTN", "v1")
+    # Where the start went, from the engine's own log: every phase found, and they add up to the
+    # ready time within the log's 1 s stamps (engine_init and model_load lie inside the others).
+    start = result.evidence["start_phases"]["aggregated"]
+    assert start["missing"] == [], start
+    spans = [start["seconds"][p] for p in ("python_imports", "engine_core_start", "api_server_up", "readiness")]
+    assert abs(sum(spans) + start["seconds"]["engine_init"] - start["ready_s"]) <= 4.0, start
+    assert start["seconds"]["python_imports"] > 1.0, start  # torch + vLLM cannot import faster here
     assert {g.name: g.passed for g in result.gates} == {
         "live-config-aggregated": True,
         "layout-kernel-block-aggregated": True,
