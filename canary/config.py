@@ -324,6 +324,14 @@ class ParityCheckConfig(Strict):
     )
     max_tokens: PositiveInt = Field(32, description="Greedy tokens generated per prompt (ignore_eos).")
     top_logprobs: PositiveInt = Field(5, le=20, description="Top-k logprobs per position (both arms).")
+    prompt_text: Literal["auto", "gsm8k", "natural", "mixed"] = Field(
+        "auto",
+        description=(
+            "Text the prompts are cut from: gsm8k (held-out GSM8K-format items), natural (the project's "
+            "prose paragraphs, canary/checks/parity_text.py), mixed (both, interleaved); auto: gsm8k for a "
+            "builtin model (trained on arithmetic only), mixed for any other."
+        ),
+    )
     item_offset: int = Field(0, ge=0, description="Index of the held-out item the first prompt starts at.")
     dependence_min_nats: float = Field(
         0.01,

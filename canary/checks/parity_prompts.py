@@ -4,6 +4,8 @@ The text is GSM8K-format items (`Question: ...\\nAnswer: ...`, the shape of the 
 from the held-out split the accuracy check uses: the tiny model's own `data/test.jsonl` for the
 builtin source, the configured test jsonl for a local source; otherwise (hub, parquet mirror) the
 project's generated GSM8K-format held-out split (canary.model.dataset), and the evidence says so.
+For a real model (not one this project built), `checks.parity.prompt_text: auto` interleaves those
+items with natural prose (canary/checks/parity_text.py), the text such models are served for.
 
 Lengths (token counts, BOS included): the configured ones plus, for every block size B of the
 config's planned cells, logical and kernel, prefill and decode: B/2 (inside one block), B-1, B,
@@ -20,11 +22,13 @@ reference output changes.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from canary.checks.parity_text import PARAGRAPHS
 from canary.config import CanaryConfig
 from canary.errors import CanaryError
 from canary.gsm8k import model_dir_of
@@ -112,7 +116,24 @@ def source_items(config: CanaryConfig, model_source: str) -> tuple[list[str], st
             where += f" ({path} not found)"
     if not problems:
         raise PromptError(f"no parity items in {where}")
-    return [item_text(p) for p in problems], where
+    gsm8k = [item_text(p) for p in problems]
+    text = config.checks.parity.prompt_text
+    if text == "auto":
+        text = "gsm8k" if project_model(model_source) else "mixed"
+    if text == "natural":
+        return list(PARAGRAPHS), f"the project's prose paragraphs ({len(PARAGRAPHS)}, canary/checks/parity_text.py)"
+    if text == "mixed":
+        mixed = [item for pair in zip(gsm8k, itertools.cycle(PARAGRAPHS), strict=False) for item in pair]
+        return mixed, f"{where} interleaved with the project's prose paragraphs (canary/checks/parity_text.py)"
+    return gsm8k, where
+
+
+def project_model(model_source: str) -> bool:
+    """A model this project built (`make model`): builtin:NAME, or a directory with canary-model.json."""
+    model_dir = model_dir_of(model_source)
+    return model_source.startswith("builtin:") or (
+        model_dir is not None and (model_dir / "canary-model.json").is_file()
+    )
 
 
 def item_text(problem: Problem) -> str:

@@ -1,11 +1,12 @@
 """Seeded faults end to end: the real engine with a patched copy of vllm, the real pipeline.
 
 Faults 01 (NIXL registration layout mismatch: P/D startup fails), 02 (decode reads the KV
-blocks in reversed order: silent corruption) and 07 (decode reads the first block for every later
-one: caught by parity itself) go through `canary.selftest.run_selftest`, i.e.
+blocks in reversed order: silent corruption), 07 (decode reads the first block for every later
+one: caught by parity itself) and 08 (a candidate image's sampler nudges every logit: drift against
+the baseline image) go through `canary.selftest.run_selftest`, i.e.
 configs/selftest.yaml with the fault's series as the image's `patches`, the local target, the
 overlay, and the startup / parity / accuracy / kv_transfer checks. `make selftest` runs every
-fault and the clean runs; this keeps the three that need a P/D pair in `make test`.
+fault and the clean runs; this keeps those four in `make test`.
 """
 
 from __future__ import annotations
@@ -85,3 +86,29 @@ def test_fault_07_blocks_beyond_the_first_are_caught_by_parity(tiny_model: Path,
     assert all(not r["beyond_noise"] for r in rows if r["length"] - 1 <= block)
     assert all(r["beyond_noise"] for r in rows if r["length"] - 1 > block)
     assert "blocks beyond the first" in parity.summary
+
+
+def test_fault_08_a_candidate_images_numerics_change_is_reported_as_drift(tiny_model: Path, tmp_path: Path) -> None:
+    """The sampler nudges every logit: the candidate's own parity has nothing to compare against but
+    the baseline image (deployed in the same run), and the drift gates report it with its size."""
+    del tiny_model
+    result = run_selftest(DEFAULT_CONFIG, tmp_path, clean_runs=0, only=["08"])
+    outcome = result.faults[0]
+    assert outcome.detected, outcome.detail
+    assert outcome.fired == ["parity"]
+
+    run = _run_result(outcome.run_dir)
+    by_image = {cell.cell.image: cell for cell in run.cells}
+    baseline = by_image.pop(run.baseline_image or "")
+    (candidate,) = by_image.values()
+    clean = baseline.check("parity")
+    assert clean is not None and clean.verdict == "pass", clean and clean.summary
+    assert not any(g.name.startswith("drift-") for g in clean.gates)  # the baseline is not compared with itself
+    parity = candidate.check("parity")
+    assert parity is not None and parity.verdict == "fail", parity and parity.summary
+    failing = {g.name for g in parity.gates if not g.passed}
+    assert "drift-kl-vs-baseline" in failing, parity.gates
+    assert parity.metrics["parity_drift_kl_max"] > 1e-3  # the size: not float noise
+    assert parity.metrics["parity_drift_prompts"] >= 3
+    assert parity.evidence["drift"]["baseline_cell"] == baseline.cell.id
+    assert parity.summary.startswith("drift vs the baseline image")

@@ -328,14 +328,31 @@ def test_prompt_items_come_from_the_held_out_split(tmp_path: Any) -> None:
     (data / "test.jsonl").write_text(
         '{"question": "Ann has 2 pens and buys 3. How many?", "answer": "2 + 3 = 5\\n#### 5"}\n'
     )
+    (data.parent / "canary-model.json").write_text("{}")  # a model this project built: GSM8K items only
     config = _config()
     items, where = source_items(config, str(tmp_path / "model"))
     assert items == ["Question: Ann has 2 pens and buys 3. How many?\nAnswer: 2 + 3 = 5\n#### 5\n\n"]
     assert where == f"held-out split {data / 'test.jsonl'}"
     hub = config.model_copy(deep=True)
     hub.checks.accuracy.dataset.source = "hub"
+    hub.checks.parity.prompt_text = "gsm8k"
     generated, where = source_items(hub, "org/model")
     assert len(generated) == 500 and generated[0].startswith("Question: ") and "generated GSM8K-format" in where
+
+
+def test_a_real_model_reads_prose_interleaved_with_gsm8k_items() -> None:
+    from canary.checks.parity_prompts import source_items
+    from canary.checks.parity_text import PARAGRAPHS
+
+    config = _config()
+    config.checks.accuracy.dataset.source = "hub"
+    mixed, where = source_items(config, "org/real-model")  # auto: a model not built here
+    assert mixed[0].startswith("Question: ") and mixed[1] == PARAGRAPHS[0] and mixed[3] == PARAGRAPHS[1]
+    assert "prose paragraphs" in where and len(mixed) == 1000
+    config.checks.parity.prompt_text = "natural"
+    natural, _ = source_items(config, "org/real-model")
+    assert natural == list(PARAGRAPHS) and len(set(p[:40] for p in PARAGRAPHS)) == len(PARAGRAPHS)
+    assert all(p.endswith("\n\n") and len(p.split()) > 40 for p in PARAGRAPHS)
 
 
 class SamplerChange(NearTieStandIn):
