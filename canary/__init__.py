@@ -1,5 +1,3 @@
 """vllm-canary: deploy vLLM prefill/decode pairs across a matrix and check every cell."""
 
 __version__ = "0.1.0"
-
-REPO_ROOT_MARKER = "pyproject.toml"

@@ -4,23 +4,14 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from canary.errors import ConfigError
 from canary.paths import BACKENDS_CATALOG
-
-if TYPE_CHECKING:
-    from canary.config import CanaryConfig
+from canary.yaml_model import FrozenModel, load_yaml_model
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class KernelBlockSizes(_Strict):
+class KernelBlockSizes(FrozenModel):
     """Block sizes an attention kernel accepts: a list, or any multiple of a number."""
 
     allowed: list[int] | None = Field(None, description="Exactly these sizes.")
@@ -55,7 +46,7 @@ class KernelBlockSizes(_Strict):
         return f"kernel block sizes that are multiples of {self.multiple_of}"
 
 
-class PlatformInfo(_Strict):
+class PlatformInfo(FrozenModel):
     """What a platform can run."""
 
     description: str = Field(description="Human-readable name.")
@@ -64,7 +55,7 @@ class PlatformInfo(_Strict):
     kv_buffer_device: str = Field(description="NixlConnector kv_buffer_device on this platform.")
 
 
-class BackendInfo(_Strict):
+class BackendInfo(FrozenModel):
     """One attention backend."""
 
     description: str = Field(description="Human-readable name.")
@@ -82,7 +73,7 @@ class BackendInfo(_Strict):
     platforms: list[str] = Field(description="Platforms where the backend runs.")
 
 
-class Catalog(_Strict):
+class Catalog(FrozenModel):
     """The whole catalog."""
 
     schema_version: int = Field(description="Catalog schema version.")
@@ -96,47 +87,9 @@ class Catalog(_Strict):
 
 @lru_cache(maxsize=8)
 def _load_catalog_cached(path: str) -> Catalog:
-    source = str(path)
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(source, "", f"cannot read the backend catalog: {exc}") from None
-    try:
-        return Catalog.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ConfigError(source, ".".join(str(p) for p in first["loc"]), str(first["msg"])) from None
+    return load_yaml_model(Path(path), Catalog)
 
 
 def load_catalog(path: Path | None = None) -> Catalog:
     """Load (once) and validate the capability catalog."""
     return _load_catalog_cached(str(path or BACKENDS_CATALOG))
-
-
-def validate_against_catalog(config: CanaryConfig, catalog: Catalog, source: str) -> None:
-    """Names in the config must exist in the catalog: unknown backends and dtypes are config errors."""
-    known_backends = sorted(catalog.backends)
-    known_dtypes = sorted({d for b in catalog.backends.values() for d in b.kv_cache_dtypes})
-    for index, backend in enumerate(config.matrix.attention_backends):
-        if backend not in catalog.backends:
-            raise ConfigError(
-                source,
-                f"matrix.attention_backends.{index}",
-                f"unknown backend {backend!r}; expected one of {known_backends}",
-            )
-    for index, extra in enumerate(config.matrix.include):
-        if extra.backend.upper() not in catalog.backends:
-            raise ConfigError(
-                source,
-                f"matrix.include.{index}.backend",
-                f"unknown backend {extra.backend!r}; expected one of {known_backends}",
-            )
-    for index, dtype in enumerate(config.matrix.kv_cache_dtypes):
-        if dtype not in known_dtypes:
-            raise ConfigError(
-                source,
-                f"matrix.kv_cache_dtypes.{index}",
-                f"unknown KV cache dtype {dtype!r}; expected one of {known_dtypes}",
-            )
-    if config.platform not in catalog.platforms:
-        raise ConfigError(source, "platform", f"platform {config.platform!r} is not in the catalog")

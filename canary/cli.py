@@ -1,11 +1,15 @@
-"""The `canary` command line: plan, run, render-values, serve-metrics.
+"""The `canary` command line: plan, run, render-values, serve-metrics, history, compare, catalog.
 
 Exit codes (EXIT_CODES_HELP, also printed by `canary --help`):
 
 - 0: done; for `run`, every cell passed, failed as expected, or did not apply (outcome OK).
-- 1: a cell failed (fail or unexpected-pass: outcome FAILED), or the canary stopped on an error it
-  names in one line (`canary: error: ...`), such as a target that cannot start.
-- 2: bad arguments or a bad config (argparse, ConfigError): one line naming what and where.
+- 1: a cell failed (fail or unexpected-pass: outcome FAILED), `catalog` found a difference from
+  vLLM's source, or the canary stopped on an error it names in one line (`canary: error: ...`),
+  such as a target that cannot start.
+- 2: bad arguments or a bad config: one line naming what and where (argparse, UsageError such as
+  an `--only` that matches no cell, ConfigError, and the errors of input a command cannot use:
+  an image nothing builds, a matrix the charts cannot deploy, a plan that does not fit the GPU
+  budget or deadline, an unreadable rotation state, a history store or cell that is not there).
 - 3: `run` was INCONCLUSIVE: no cell failed, but some could not be measured (invalid or error,
   e.g. a CPU-starved load client): nothing is known about them; rerun. Never a pass.
 - 130: interrupted (Ctrl-C); the cells not run are recorded as errors.
@@ -24,8 +28,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from canary.config import CanaryConfig, load_config
-from canary.errors import CanaryError
+from canary.config import CanaryConfig
+from canary.config_load import load_config
+from canary.errors import CanaryError, UsageError
 from canary.history import cli as history_cli
 from canary.matrix import Plan, plan
 from canary.results import RunResult
@@ -36,8 +41,8 @@ EXIT_OK, EXIT_FAILED_CELLS, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0,
 EXIT_BY_OUTCOME: dict[str, int] = {"ok": EXIT_OK, "failed": EXIT_FAILED_CELLS, "inconclusive": EXIT_INCONCLUSIVE}
 EXIT_CODES_HELP = f"""exit codes:
   {EXIT_OK}    OK: every cell passed, failed as expected, or did not apply
-  {EXIT_FAILED_CELLS}    FAILED: a cell failed (fail, unexpected-pass); or a canary error, named in one line
-  {EXIT_USAGE}    bad arguments or config
+  {EXIT_FAILED_CELLS}    FAILED: a cell failed (fail, unexpected-pass); catalog: a difference; or a canary error
+  {EXIT_USAGE}    bad arguments or config (named in one line)
   {EXIT_INCONCLUSIVE}    INCONCLUSIVE: no cell failed, but some could not be measured (invalid, error): rerun
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C)"""
 
@@ -109,7 +114,7 @@ def load_plan(args: argparse.Namespace) -> tuple[CanaryConfig, Plan]:
     if args.only:
         kept = tuple(c for c in the_plan.cells if any(c.id.startswith(p) for p in args.only))
         if not kept:
-            raise CanaryError(f"--only {args.only} matches no cell of {args.config}")
+            raise UsageError(f"--only {args.only} matches no cell of {args.config}")
         the_plan = the_plan.model_copy(update={"cells": kept})
     return config, the_plan
 

@@ -1,19 +1,17 @@
 """The canary's configuration: one strict pydantic root model loaded from YAML.
 
-Every model forbids unknown keys and describes every field. `load_config` turns any problem
-(unreadable file, YAML syntax, unknown key, wrong type, impossible value, unknown backend) into a
-`ConfigError` that names the file, the key path and what was expected.
+Every model forbids unknown keys and describes every field. `canary.config_load.load_config` turns
+any problem (unreadable file, YAML syntax, unknown key, wrong type, impossible value, unknown
+backend) into a `ConfigError` that names the file, the key path and what was expected.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from canary.errors import ConfigError
+from canary.yaml_model import StrictModel
 
 Runner = Literal["v1", "v2"]
 Topology = Literal["aggregated", "pd-nixl"]
@@ -25,7 +23,7 @@ PositiveInt = Annotated[int, Field(gt=0)]
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
-class Strict(BaseModel):
+class Strict(StrictModel):
     """Base for every config model: unknown keys are errors, values are validated on assignment."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -452,6 +450,13 @@ class ThroughputCheckConfig(Strict):
     retry_backoff_s: float = Field(
         5.0, ge=0, le=600, description="Wait before the second attempt; doubles before each further one."
     )
+    max_foreign_cpu_cores: float | None = Field(
+        None,
+        gt=0,
+        description="Local target: a load run during which processes outside the cell and the canary used more "
+        "CPU than this many cores on average is invalid (measured again): its numbers are the machine's load, "
+        "not the server's (canary/hostload.py). null: measured and reported, not gated.",
+    )
 
     @field_validator("regression_metrics")
     @classmethod
@@ -779,112 +784,3 @@ class _RefError(ValueError):
     def __init__(self, key_path: str, message: str) -> None:
         super().__init__(message)
         self.key_path = key_path
-
-
-# --------------------------------------------------------------------------- loading
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """Parse one `--set a.b.c=value` override. The value is read as YAML (so 3, true, [1,2] work)."""
-    if "=" not in text:
-        raise ConfigError("--set", text, "expected KEY.PATH=VALUE")
-    key, raw = text.split("=", 1)
-    parts = key.strip().split(".")
-    if not key.strip() or any(not p for p in parts):
-        raise ConfigError("--set", text, "expected a dotted key path like checks.accuracy.limit")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ConfigError("--set", key, f"value is not valid YAML: {exc}") from None
-    return parts, value
-
-
-def apply_override(data: dict[str, Any], parts: list[str], value: Any) -> None:
-    """Set data[p0][p1]...[pn] = value, creating mappings and indexing lists by number."""
-    node: Any = data
-    for depth, part in enumerate(parts[:-1]):
-        where = ".".join(parts[: depth + 1])
-        if isinstance(node, list):
-            node = node[_list_index(node, part, where)]
-        elif isinstance(node, dict):
-            if node.get(part) is None:
-                node[part] = {}
-            node = node[part]
-        else:
-            raise ConfigError("--set", where, f"cannot descend into a {type(node).__name__}")
-    last = parts[-1]
-    if isinstance(node, list):
-        node[_list_index(node, last, ".".join(parts))] = value
-    elif isinstance(node, dict):
-        node[last] = value
-    else:
-        raise ConfigError("--set", ".".join(parts), f"cannot set a key on a {type(node).__name__}")
-
-
-def _list_index(node: list[Any], part: str, where: str) -> int:
-    if not part.isdigit() or int(part) >= len(node):
-        raise ConfigError("--set", where, f"expected a list index below {len(node)}")
-    return int(part)
-
-
-def _format_location(loc: tuple[int | str, ...]) -> str:
-    # pydantic adds the tag of a discriminated union / the function name of a validator: keep keys only
-    return ".".join(str(p) for p in loc if not str(p).startswith("function-"))
-
-
-def _describe(error: dict[str, Any]) -> str:
-    kind = error.get("type", "")
-    if kind == "extra_forbidden":
-        return "unknown key (check the spelling; see the config reference in README.md)"
-    if kind == "missing":
-        return "required key is missing"
-    got = error.get("input")
-    message = str(error.get("msg", "invalid value"))
-    if isinstance(got, (str, int, float, bool)) and kind not in ("missing",):
-        return f"{message} (got {got!r})"
-    return message
-
-
-def validate_config(data: Any, source: str) -> CanaryConfig:
-    """Validate parsed YAML into a CanaryConfig, raising ConfigError with file and key path."""
-    if not isinstance(data, dict):
-        raise ConfigError(source, "", f"expected a mapping at the top level, got {type(data).__name__}")
-    try:
-        config = CanaryConfig.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        ctx_error = first.get("ctx", {}).get("error")
-        if isinstance(ctx_error, _RefError):
-            raise ConfigError(source, ctx_error.key_path, str(ctx_error)) from None
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise ConfigError(source, _format_location(first["loc"]), _describe(dict(first)) + more) from None
-    from canary.catalog import load_catalog, validate_against_catalog
-
-    validate_against_catalog(config, load_catalog(), source)
-    return config
-
-
-def load_config(path: str | Path, overrides: list[str] | None = None) -> CanaryConfig:
-    """Read a YAML config file, apply `--set` overrides, validate."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(source, "", "file not found") from None
-    except OSError as exc:
-        raise ConfigError(source, "", f"cannot read: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(source, where, f"YAML syntax error: {problem}") from None
-    if data is None:
-        raise ConfigError(source, "", "file is empty")
-    for text_override in overrides or []:
-        parts, value = parse_override(text_override)
-        if not isinstance(data, dict):
-            raise ConfigError(source, "", "expected a mapping at the top level")
-        apply_override(data, parts, value)
-    return validate_config(data, source)

@@ -9,6 +9,12 @@ class CanaryError(Exception):
     exit_code = 1
 
 
+class UsageError(CanaryError):
+    """A command-line argument the command cannot use (argparse's own errors also exit 2). Exits 2."""
+
+    exit_code = 2
+
+
 class ConfigError(CanaryError):
     """The configuration (file, --set override or catalog) is invalid. Exits 2."""
 

@@ -36,12 +36,11 @@ import yaml
 from canary.config import DatasetConfig
 from canary.errors import CanaryError
 from canary.model.lm_eval_task import TASK_NAME, TEMPLATE_PATH
-from canary.paths import CACHE_DIR
+from canary.model.ref import local_model_dir
 
 INVALID = "[invalid]"
 """What lm-eval's regex filters return when no answer can be read."""
 STRICT, FLEXIBLE = "strict-match", "flexible-extract"
-BUILTIN_PREFIX = "builtin:"
 
 
 class Gsm8kError(CanaryError):
@@ -58,21 +57,6 @@ class DatasetSpec:
     description: str
     fields: dict[str, Any]
     offline: bool
-
-
-def builtin_model_dir(source: str) -> Path:
-    """`.cache/models/<name>` for `builtin:<name>` (what `make model` links)."""
-    if not source.startswith(BUILTIN_PREFIX):
-        raise Gsm8kError(f"not a builtin model source: {source!r}")
-    return CACHE_DIR / "models" / source.removeprefix(BUILTIN_PREFIX)
-
-
-def model_dir_of(source: str) -> Path | None:
-    """The local directory of a model source (builtin or a path), None for a hub id."""
-    if source.startswith(BUILTIN_PREFIX):
-        return builtin_model_dir(source)
-    path = Path(source)
-    return path if path.is_dir() else None
 
 
 def _need_file(path: Path, what: str) -> Path:
@@ -100,7 +84,7 @@ def resolve_dataset(config: DatasetConfig, model_source: str) -> DatasetSpec:
             offline=False,
         )
     if config.source == "builtin":
-        model_dir = model_dir_of(model_source)
+        model_dir = local_model_dir(model_source)
         if model_dir is None:
             raise Gsm8kError(
                 f"dataset source builtin needs a local model directory, but the model source is {model_source!r}"

@@ -23,12 +23,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from canary.errors import CanaryError
+from canary.errors import CanaryError, ConfigError
 from canary.patchseries import HASH_PREFIX_LEN, SeriesError, read_series, series_hash
 from canary.paths import REPO_ROOT
+from canary.yaml_model import FrozenModel, load_yaml_model
 
 IMAGES_CATALOG = REPO_ROOT / "docker" / "images.yaml"
 PATCHED_REPOSITORY = "vllm-patched"
@@ -43,11 +43,7 @@ class ImageError(CanaryError):
     exit_code = 2
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Release(_Strict):
+class Release(FrozenModel):
     """A vLLM release the canary knows (upstream image, sdist for patch-check, its own pins)."""
 
     sdist_sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of vllm-<release>.tar.gz on PyPI.")
@@ -55,7 +51,7 @@ class Release(_Strict):
     nixl: str | None = Field(None, description="nixl the release pins (None: only a floor; keep the image's).")
 
 
-class PatchedBuild(_Strict):
+class PatchedBuild(FrozenModel):
     """One image `make images` builds: a release plus a patch series."""
 
     base: str = Field(description="Release key (a key of `releases`).")
@@ -63,13 +59,13 @@ class PatchedBuild(_Strict):
     description: str = Field("", description="What the image is.")
 
 
-class RouterSpec(_Strict):
+class RouterSpec(FrozenModel):
     """The P/D router image."""
 
     vllm_router: str = Field(pattern=r"^[0-9][0-9A-Za-z.]*$", description="vllm-router version from PyPI.")
 
 
-class ImageCatalog(_Strict):
+class ImageCatalog(FrozenModel):
     """docker/images.yaml."""
 
     schema_version: Literal[1] = Field(description="Schema version.")
@@ -131,17 +127,9 @@ def load_image_catalog(path: Path = IMAGES_CATALOG) -> ImageCatalog:
 @lru_cache(maxsize=4)
 def _load_cached(path: str) -> ImageCatalog:
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ImageError(f"{path}: cannot read the image catalog: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ImageError(f"{path}: YAML syntax error: {exc}") from None
-    try:
-        return ImageCatalog.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ImageError(f"{path}: {where}: {first['msg']}") from None
+        return load_yaml_model(Path(path), ImageCatalog)
+    except ConfigError as exc:  # the image catalog's own error type, in the shared wording
+        raise ImageError(str(exc)) from None
 
 
 def find_series(text: str, base_dir: Path | None = None) -> Path | None:

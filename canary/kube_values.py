@@ -12,21 +12,17 @@ label of the image built from the same series. The router runs its own image (ro
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
+from canary.cell import Cell
 from canary.config import CanaryConfig
 from canary.errors import CanaryError
 from canary.images import ImageError, check_image, find_series, router_ref
-from canary.matrix import K8S_NAME_MAX, Cell
+from canary.model.ref import is_builtin
 from canary.patchseries import SeriesError, read_series, series_hash
 from canary.paths import REPO_ROOT
-
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-LABEL_VALUE_MAX = 63
-BUILTIN_MODEL_PREFIX = "builtin:"
+from canary.targets.kube_names import K8S_NAME_MAX, is_dns_label, is_label_value
 
 
 class KubeValuesError(CanaryError):
@@ -53,17 +49,17 @@ def series_sha256(series_file: Path) -> str:
 
 
 def _check_cell(cell: Cell) -> None:
-    if not DNS_LABEL.match(cell.k8s_name) or len(cell.k8s_name) > K8S_NAME_MAX:
+    if not is_dns_label(cell.k8s_name):
         raise KubeValuesError(
             f"cell {cell.id}: k8s_name {cell.k8s_name!r} is not a DNS-1123 label of at most {K8S_NAME_MAX} characters"
         )
-    if cell.model_source.startswith(BUILTIN_MODEL_PREFIX):
+    if is_builtin(cell.model_source):
         raise KubeValuesError(
             f"cell {cell.id}: model source {cell.model_source!r} exists only on the local target; "
             "give the model a Hugging Face id or a path inside the image for Kubernetes"
         )
     for key in {cell.image_for("prefill"), cell.image_for("decode")}:
-        if not LABEL_VALUE.match(key) or len(key) > LABEL_VALUE_MAX:
+        if not is_label_value(key):
             raise KubeValuesError(f"cell {cell.id}: image key {key!r} cannot be a Kubernetes label value")
 
 
@@ -135,7 +131,7 @@ def render_values(
     relative patch-series paths are looked up first (then the repository root).
     """
     run_id = run or config.name
-    if not LABEL_VALUE.match(run_id) or len(run_id) > LABEL_VALUE_MAX:
+    if not is_label_value(run_id):
         raise KubeValuesError(f"run id {run_id!r} cannot be a Kubernetes label value (<= 63 chars, [A-Za-z0-9-_.])")
     planned = [cell for cell in cells if cell.status == "planned"]
     if not planned:

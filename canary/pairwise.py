@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from allpairspy import AllPairs
 
-from canary.matrix import Cell
+from canary.cell import Cell
 
 Pair = tuple[tuple[str, str], tuple[str, str]]
 

@@ -9,14 +9,15 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from canary.matrix import Cell
+from canary.cell import Cell
 from canary.verdicts import FAILING_VERDICTS as FAILING_VERDICTS
-from canary.verdicts import INCONCLUSIVE_VERDICTS, Outcome, outcome_of
 from canary.verdicts import VERDICT_SEVERITY as VERDICT_SEVERITY
+from canary.verdicts import Outcome, outcome_of
 from canary.verdicts import Verdict as Verdict
 from canary.verdicts import worst as worst
+from canary.yaml_model import StrictModel
 
 SCHEMA_VERSION = 1
 
@@ -41,8 +42,8 @@ def utc_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Model(StrictModel):
+    """Result files are read back (history import, exporter): unknown keys are errors."""
 
 
 class Gate(_Model):
@@ -131,7 +132,3 @@ class RunResult(_Model):
         """failed (a cell has a definitive finding), inconclusive (the only non-passing cells could
         not be measured: invalid or error) or ok."""
         return outcome_of(c.verdict for c in self.cells)
-
-    def inconclusive_cells(self) -> list[CellResult]:
-        """Cells that could not be measured (invalid or error), in plan order."""
-        return [c for c in self.cells if c.verdict in INCONCLUSIVE_VERDICTS]

@@ -15,10 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from canary import __version__
+from canary.cell import Cell
 from canary.checks.base import CHECK_ORDER, CheckContext, registered, run_before_checks
 from canary.config import CanaryConfig
 from canary.history.record import record_run
-from canary.matrix import Cell, Plan
+from canary.matrix import Plan
 from canary.results import CellResult, CheckResult, RunResult, Verdict, utc_now, worst
 from canary.stats_gate import apply_family_control
 from canary.targets import create_target
@@ -161,6 +162,42 @@ def _log_paths(deployment: Deployment, run_dir: Path) -> dict[str, str]:
     return out
 
 
+def new_run(config: CanaryConfig, run_dir: Path, config_path: str) -> RunResult:
+    """An empty result for a run of a config whose directory is run_dir (the run id is its name)."""
+    return RunResult(
+        run_id=run_dir.name,
+        config_name=config.name,
+        config_path=config_path,
+        platform=config.platform,
+        target=config.target.kind,
+        baseline_image=config.baseline,
+        canary_version=__version__,
+    )
+
+
+def run_next_cell(
+    cell: Cell,
+    config: CanaryConfig,
+    target: Target,
+    run_dir: Path,
+    run: RunResult,
+    earlier: dict[str, CellResult],
+    progress: Progress,
+    where: str,
+    record: Callable[[CellResult], None] | None = None,
+) -> CellResult:
+    """Run one cell of a run in order (`run_cell`), add its result to the run and to the results the
+    following cells compare with (earlier), hand it to `record` (kept before anything else can fail),
+    and report its verdict prefixed with where it ran."""
+    result = run_cell(cell, config, target, run_dir, earlier, progress)
+    earlier[cell.id] = result
+    run.cells.append(result)
+    if record is not None:
+        record(result)
+    progress(f"{where}: {cell.id} => {result.verdict.upper()} {result.reason}")
+    return result
+
+
 def execute(
     config: CanaryConfig,
     plan: Plan,
@@ -173,25 +210,14 @@ def execute(
     """Run every cell of a plan. On Ctrl-C the cells not run are recorded as errors, the run is
     marked interrupted and returned (whatever was started has been stopped by then)."""
     target = target or create_target(config)
-    run = RunResult(
-        run_id=run_dir.name,
-        config_name=config.name,
-        config_path=config_path,
-        platform=config.platform,
-        target=config.target.kind,
-        baseline_image=config.baseline,
-        canary_version=__version__,
-    )
+    run = new_run(config, run_dir, config_path)
     started = time.monotonic()
     earlier: dict[str, CellResult] = {}
     total = len(plan.cells)
     try:
         for index, cell in enumerate(plan.cells, start=1):
             progress(f"cell {index}/{total}: {cell.id} [{cell.status}]")
-            result = run_cell(cell, config, target, run_dir, earlier, progress)
-            earlier[cell.id] = result
-            run.cells.append(result)
-            progress(f"cell {index}/{total}: {cell.id} => {result.verdict.upper()} {result.reason}")
+            run_next_cell(cell, config, target, run_dir, run, earlier, progress, f"cell {index}/{total}")
     except KeyboardInterrupt:
         for cell in plan.cells[len(run.cells) :]:
             run.cells.append(CellResult(cell=cell, verdict="error", reason="interrupted (Ctrl-C)"))

@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from canary.errors import ConfigError
 from canary.paths import SIGNATURES_CATALOG
+from canary.yaml_model import FrozenModel, load_yaml_model
 
 CONTEXT_LINES = 3
 """Lines of context before and after the matching line in an excerpt."""
@@ -28,10 +27,8 @@ ORIGIN = re.compile(r"^(?:vllm \d+\.\d+\.\d+|torch|python|canary)(?:\b.*)?$")
 """A signature pattern's origin when it is not a message of the pinned vLLM (Signature.origins)."""
 
 
-class Signature(BaseModel):
+class Signature(FrozenModel):
     """One known failure."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", description="Stable id, e.g. no-common-block-size.")
     title: str = Field(min_length=1, description="One line for people.")
@@ -75,10 +72,8 @@ class Signature(BaseModel):
         return any(rx.search(line) for rx in _compiled(tuple(self.patterns)))
 
 
-class SignatureCatalog(BaseModel):
+class SignatureCatalog(FrozenModel):
     """configs/signatures.yaml."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     schema_version: int = Field(description="Catalog schema version.")
     signatures: list[Signature] = Field(min_length=1, description="Known failures.")
@@ -104,15 +99,7 @@ def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
 
 @lru_cache(maxsize=4)
 def _load(path: str) -> SignatureCatalog:
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(path, "", f"cannot read the signature catalog: {exc}") from None
-    try:
-        return SignatureCatalog.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ConfigError(path, ".".join(str(p) for p in first["loc"]), str(first["msg"])) from None
+    return load_yaml_model(Path(path), SignatureCatalog)
 
 
 def load_signatures(path: Path | None = None) -> SignatureCatalog:

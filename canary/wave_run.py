@@ -2,10 +2,10 @@
 
 `execute_waves` is `canary.runner.execute` for `target.kubernetes.gpu_budget`: it picks tonight's
 cells (`canary.waves.select_night` with the rotation state of `canary.rotation`), and for each
-wave deploys its cells (`canary.targets.kube_waves.WaveDeployer`), runs each cell's checks with
-the same `run_cell` as every other target, and tears the wave down before the next. A wave whose
-typical estimate would end past the job deadline is not started (its cells wait for the next
-night). SIGTERM (the CronJob's deadline, `kubectl delete job`) is handled like Ctrl-C: the
+wave deploys its cells (`canary.targets.kube_waves.WaveDeployer`), runs each cell with the same
+`run_next_cell` as `execute` (checks, results, progress), and tears the wave down before the
+next. A wave whose typical estimate would end past the job deadline is not started (its cells
+wait for the next night). SIGTERM (the CronJob's deadline, `kubectl delete job`) is handled like Ctrl-C: the
 current wave is torn down and the run is recorded as interrupted.
 """
 
@@ -19,12 +19,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-from canary import __version__
 from canary.config import CanaryConfig
 from canary.matrix import Plan
 from canary.results import CellCoverage, CellResult, RunResult, utc_now
 from canary.rotation import RotationState, load_state
-from canary.runner import Progress, default_progress, run_cell
+from canary.runner import Progress, default_progress, new_run, run_cell, run_next_cell
 from canary.targets.kube_waves import WaveDeployer, WaveError
 from canary.targets.kubernetes import KubernetesTarget
 from canary.waves import Schedule, select_night
@@ -94,21 +93,18 @@ def execute_waves(
     planned = plan.planned()
     state.keep_only(c.id for c in planned)
     schedule = select_night(planned, config, state.last_checked())
-    run = RunResult(
-        run_id=run_dir.name,
-        config_name=config.name,
-        config_path=config_path,
-        platform=config.platform,
-        target=config.target.kind,
-        baseline_image=config.baseline,
-        canary_version=__version__,
-    )
+    run = new_run(config, run_dir, config_path)
     for line in format_schedule(schedule):
         progress(line)
     started = clock()
     earlier: dict[str, CellResult] = {}
     tonight = schedule.cells
     done: set[str] = set()
+
+    def record(result: CellResult) -> None:
+        done.add(result.cell.id)
+        state.record(result.cell.id, utc_now(), result.verdict)
+
     for cell in plan.cells:  # skipped / unsupported cells: reported as always, nothing deployed
         if cell.status != "planned":
             run.cells.append(run_cell(cell, config, target, run_dir, earlier, progress))
@@ -127,12 +123,9 @@ def execute_waves(
                 progress(f"wave {wave.index}/{len(schedule.waves)}: deploying {wave.gpus} GPU(s): {names}")
                 with deployer.wave(wave.cells):
                     for cell in wave.cells:
-                        result = run_cell(cell, config, target, run_dir, earlier, progress)
-                        earlier[cell.id] = result
-                        run.cells.append(result)
-                        done.add(cell.id)
-                        state.record(cell.id, utc_now(), result.verdict)
-                        progress(f"wave {wave.index}: {cell.id} => {result.verdict.upper()} {result.reason}")
+                        run_next_cell(
+                            cell, config, target, run_dir, run, earlier, progress, f"wave {wave.index}", record
+                        )
                 progress(f"wave {wave.index}: torn down")
     except KeyboardInterrupt:
         for cell in tonight:

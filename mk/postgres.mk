@@ -1,12 +1,13 @@
-# Real PostgreSQL for the history tests (issue 16): tests/history start a throwaway cluster
+# Real PostgreSQL for the history tests: tests/history start a throwaway cluster
 # (initdb + pg_ctl in a temp dir, a free loopback port, trust auth on 127.0.0.1 only) once per
 # test session and stop it at the end. Debian's `postgresql` package (15 on bookworm), installed
 # with apt-get, idempotent and cached like mk/prometheus.mk: nothing is started as a service and
 # the package's own cluster is not used. As root, the tests run the server as the `postgres` user
-# the package creates (initdb refuses root).
+# the package creates (initdb refuses root). The stamp is $(TOOLS)/postgres.stamp (.cache/tools).
 #
 #   make postgres-tools   install the server binaries (part of `make setup`)
 #   make test-history     history tests against the real server + the SQLite/unit history tests
+#   make bench-history    history benchmark at 100k rows (results/bench/history-bench-*.json)
 
 TOOLS ?= .cache/tools
 

@@ -1,9 +1,10 @@
-# Real Prometheus, promtool and Pushgateway for the export tests (issue 4).
+# Real Prometheus, promtool and Pushgateway for the export tests, the dashboards and the alert rules.
 # Included by the top-level Makefile, which defines PY, TOOLS and the `venv` target.
 # Debian packages (prometheus 2.42, prometheus-pushgateway 1.5.1 on bookworm), installed with
 # apt-get, idempotent and cached: a second run only checks that the binaries still exist.
 # `apt-get update` runs only when apt does not know the packages yet. Nothing is started as a
-# service: the tests start their own processes on free loopback ports.
+# service: the tests start their own processes on free loopback ports. The stamp is
+# $(TOOLS)/prometheus.stamp (.cache/tools).
 #
 #   make prometheus-tools   install the binaries (part of `make setup`)
 #   make test-prometheus    integration tests against real Prometheus + Pushgateway, promtool rule tests

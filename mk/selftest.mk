@@ -1,5 +1,5 @@
-# The seeded-fault selftest (issue 8): proves the canary catches what it exists for.
-# Included by the top-level Makefile (PY, setup). canary/selftest.py runs configs/selftest.yaml
+# The seeded-fault selftest: proves the canary catches what it exists for.
+# Included by the top-level Makefile (PY, setup). canary/selftest/ runs configs/selftest.yaml
 # clean (3 times) and once per fault of tests/faults/faults.yaml, each fault applied to a copy of
 # the engine's vllm (canary/overlay.py, cached under .cache/overlays), through the real pipeline.
 #

@@ -1,5 +1,6 @@
 """GSM8K accuracy through lm-eval, with an absolute Wilson gate, a paired McNemar gate against the
-aggregated control, order buckets and a sequential early stop (rules in canary/stats.py).
+aggregated control, order buckets and a sequential early stop (canary/stats_sequential.py runs it,
+its rules are in canary/stats.py).
 
 The threshold T of the absolute gate, first found wins:
 1. checks.accuracy.min_accuracy (a floor, used as is);
@@ -25,11 +26,12 @@ import itertools
 import json
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from canary import metric_keys as keys
 from canary import stats
 from canary.checks.base import CheckContext, register
 from canary.config import AccuracyCheckConfig, CanaryConfig, ModelSpec
@@ -38,17 +40,15 @@ from canary.gsm8k import (
     Gsm8kRunner,
     QuestionResult,
     mean_stderr,
-    model_dir_of,
     resolve_dataset,
     write_samples,
 )
+from canary.model.ref import local_model_dir
 from canary.results import CheckResult, Gate
+from canary.stats_sequential import HASH_CHARS, SequentialOutcome, evaluate_sequentially
 
 MANIFEST_NAME = "canary-model.json"
 SAMPLES_FILE = "accuracy_samples.jsonl"
-HASH_CHARS = 16
-
-RunBatch = Callable[[Sequence[int]], list[QuestionResult]]
 
 
 # --------------------------------------------------------------------------- threshold
@@ -72,7 +72,7 @@ class HeldOut:
 
 def manifest_heldout(model_source: str) -> HeldOut | None:
     """Held-out accuracy recorded by the tiny model's build, if the model has a manifest."""
-    model_dir = model_dir_of(model_source)
+    model_dir = local_model_dir(model_source)
     if model_dir is None or not (model_dir / MANIFEST_NAME).is_file():
         return None
     data = json.loads((model_dir / MANIFEST_NAME).read_text(encoding="utf-8"))
@@ -127,9 +127,7 @@ class ControlAnswers:
 
 def per_question_evidence(questions: Sequence[QuestionResult]) -> list[list[Any]]:
     """Compact per-question rows kept in the evidence: [doc_id, flexible ok, strict ok, prompt hash]."""
-    return [
-        [q.doc_id, int(q.flexible_correct), int(q.strict_correct), q.prompt_hash[:HASH_CHARS]] for q in questions
-    ]
+    return [[q.doc_id, int(q.flexible_correct), int(q.strict_correct), q.prompt_hash[:HASH_CHARS]] for q in questions]
 
 
 def control_answers(ctx: CheckContext) -> tuple[ControlAnswers | None, str]:
@@ -148,109 +146,6 @@ def control_answers(ctx: CheckContext) -> tuple[ControlAnswers | None, str]:
     return ControlAnswers(control.cell.id, order, answers), f"control {control.cell.id}"
 
 
-# --------------------------------------------------------------------------- sequential run
-
-
-@dataclass
-class LookRecord:
-    """What one look saw and decided (kept in the evidence)."""
-
-    look: int
-    seen: int
-    correct: int
-    seconds: float
-    absolute: str | None
-    paired: str | None
-
-
-@dataclass
-class SequentialOutcome:
-    """Everything the sequential run produced."""
-
-    questions: list[QuestionResult]
-    planned: int
-    looks_planned: int
-    looks: list[LookRecord] = field(default_factory=list)
-    absolute: stats.AbsoluteLook | None = None
-    paired: stats.PairedLook | None = None
-    control_wrong_pd_right: int = 0
-    control_right_pd_wrong: int = 0
-    paired_count: int = 0
-    prompt_mismatches: int = 0
-    stopped_early: bool = False
-
-
-def _paired_counts(
-    questions: Sequence[QuestionResult], control: dict[int, tuple[bool, str]]
-) -> tuple[int, int, int, int]:
-    """(control right & P/D wrong, control wrong & P/D right, paired, prompt mismatches)."""
-    b = c = paired = mismatched = 0
-    for q in questions:
-        ref = control.get(q.doc_id)
-        if ref is None:
-            continue
-        if ref[1] != q.prompt_hash[:HASH_CHARS]:
-            mismatched += 1
-            continue
-        paired += 1
-        b += ref[0] and not q.flexible_correct
-        c += (not ref[0]) and q.flexible_correct
-    return b, c, paired, mismatched
-
-
-def evaluate_sequentially(
-    question_ids: Sequence[int],
-    run_batch: RunBatch,
-    *,
-    batch_size: int,
-    early_stop: bool,
-    threshold: float | None,
-    confidence: float,
-    paired_alpha: float,
-    control: dict[int, tuple[bool, str]] | None,
-    clock: Callable[[], float] = time.monotonic,
-) -> SequentialOutcome:
-    """Run the questions batch by batch; stop at the first look whose verdict is certain."""
-    planned = len(question_ids)
-    looks = stats.planned_looks(planned, batch_size, early_stop)
-    outcome = SequentialOutcome(questions=[], planned=planned, looks_planned=looks)
-    started = clock()
-    batches = [list(question_ids[i : i + batch_size]) for i in range(0, planned, batch_size)]
-    for number, batch in enumerate(batches, start=1):
-        outcome.questions.extend(run_batch(batch))
-        seen = len(outcome.questions)
-        correct = sum(q.flexible_correct for q in outcome.questions)
-        final = number == len(batches)
-        if not early_stop and not final:
-            continue
-        decisions: list[str] = []
-        if threshold is not None:
-            outcome.absolute = stats.absolute_look(correct, seen, planned, threshold, confidence, looks)
-            decisions.append(outcome.absolute.decision)
-        if control is not None:
-            b, c, paired, mismatched = _paired_counts(outcome.questions, control)
-            remaining = sum(1 for i in question_ids[seen:] if i in control)
-            outcome.paired = stats.paired_look(b, c, remaining, paired_alpha, looks)
-            outcome.control_right_pd_wrong, outcome.control_wrong_pd_right = b, c
-            outcome.paired_count, outcome.prompt_mismatches = paired, mismatched
-            decisions.append(outcome.paired.decision)
-        outcome.looks.append(
-            LookRecord(
-                look=number,
-                seen=seen,
-                correct=correct,
-                seconds=round(clock() - started, 2),
-                absolute=outcome.absolute.decision if outcome.absolute else None,
-                paired=outcome.paired.decision if outcome.paired else None,
-            )
-        )
-        certain = decisions and ("fail" in decisions or all(d == "pass" for d in decisions))
-        if early_stop and certain and not final:
-            outcome.stopped_early = True
-            break
-    return outcome
-
-
 # --------------------------------------------------------------------------- reporting
 
 
@@ -261,13 +156,11 @@ def order_buckets(questions: Sequence[QuestionResult], buckets: int) -> list[flo
     if count == 0:
         return []
     edges = [round(i * n / count) for i in range(count + 1)]
-    return [
-        sum(q.flexible_correct for q in questions[lo:hi]) / (hi - lo) for lo, hi in itertools.pairwise(edges)
-    ]
+    return [sum(q.flexible_correct for q in questions[lo:hi]) / (hi - lo) for lo, hi in itertools.pairwise(edges)]
 
 
 def build_result(
-    outcome: SequentialOutcome,
+    outcome: SequentialOutcome[QuestionResult],
     settings: AccuracyCheckConfig,
     threshold: Threshold | None,
     paired_source: str,
@@ -284,15 +177,15 @@ def build_result(
     level = stats.look_confidence(settings.confidence, outcome.looks_planned)
     low, high = stats.wilson_interval(sum(flexible), n, level)
     metrics: dict[str, float] = {
-        "accuracy": round(accuracy, 4),
+        keys.ACCURACY: round(accuracy, 4),
         "accuracy_strict": round(sum(strict) / n, 4) if n else 0.0,
         "accuracy_stderr": round(mean_stderr(flexible), 4),
         "accuracy_strict_stderr": round(mean_stderr(strict), 4),
-        "accuracy_wilson_low": round(low, 4),
-        "accuracy_wilson_high": round(high, 4),
+        keys.ACCURACY_WILSON_LOW: round(low, 4),
+        keys.ACCURACY_WILSON_HIGH: round(high, 4),
         "unparseable_rate": round(sum(q.unparseable for q in qs) / n, 4) if n else 0.0,
         "strict_unparseable_rate": round(sum(q.strict_answer == "[invalid]" for q in qs) / n, 4) if n else 0.0,
-        "questions": float(n),
+        keys.QUESTIONS: float(n),
         "questions_planned": float(outcome.planned),
         "eval_seconds": round(seconds, 2),
     }
@@ -300,7 +193,7 @@ def build_result(
         metrics[f"accuracy_bucket_{index}"] = round(value, 4)
     gates: list[Gate] = []
     if threshold is not None and outcome.absolute is not None:
-        metrics["accuracy_threshold"] = round(threshold.value, 4)
+        metrics[keys.ACCURACY_THRESHOLD] = round(threshold.value, 4)
         gates.append(
             Gate(
                 name="wilson-vs-threshold",
@@ -316,7 +209,7 @@ def build_result(
     if outcome.paired is not None:
         metrics.update(
             {
-                "mcnemar_p_value": round(outcome.paired.p_value, 6),
+                keys.MCNEMAR_P_VALUE: round(outcome.paired.p_value, 6),
                 "discordant_pd_wrong": float(outcome.control_right_pd_wrong),
                 "discordant_pd_right": float(outcome.control_wrong_pd_right),
                 "paired_questions": float(outcome.paired_count),

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, get_args
 
+from canary.cell import Cell
 from canary.config import CanaryConfig, CheckName
-from canary.matrix import Cell
 from canary.results import CellResult, CheckResult
 from canary.targets.base import Deployment
 

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from canary.catalog import KernelBlockSizes
+from canary.cell import Cell
 from canary.config import CanaryConfig
-from canary.matrix import Cell, kernel_block_sizes_for
+from canary.matrix import kernel_block_sizes_for
 from canary.results import Gate
 
 

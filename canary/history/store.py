@@ -221,15 +221,6 @@ class HistoryStore:
         sql += " ORDER BY r.started_at, m.run_id"
         return [Point(r[0], r[1], r[2], r[3], r[4], float(r[5])) for r in self._rows(sql, params)]
 
-    def metric_names(self, cell_id: str | None = None) -> list[tuple[str, str]]:
-        """(check, metric) pairs present, optionally for one cell."""
-        sql = "SELECT DISTINCT check_name, metric FROM canary_history_metrics"
-        params: list[object] = []
-        if cell_id:
-            sql += " WHERE cell_id = ?"
-            params.append(cell_id)
-        return [(r[0], r[1]) for r in self._rows(sql + " ORDER BY check_name, metric", params)]
-
     def cell_ids(self) -> list[str]:
         """Every cell id in the history."""
         return [r[0] for r in self._rows("SELECT DISTINCT cell_id FROM canary_history_cells ORDER BY cell_id")]

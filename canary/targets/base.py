@@ -6,13 +6,12 @@ Targets are chosen by `target.kind` from a small registry (`canary.targets.creat
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from canary.matrix import Cell
+from canary.cell import Cell
 from canary.targets.engine_site.layout_probe import LOG_PREFIX as LAYOUT_LOG_PREFIX
 
 
@@ -116,10 +115,3 @@ class Target(Protocol):
     def describe(self, cell: Cell) -> dict[str, object]:
         """What deploy would do (commands, env, manifests), for --dry-run; starts nothing."""
         ...
-
-
-def iter_servers(deployment: Deployment) -> Iterator[ServerInfo]:
-    """Servers in a stable order."""
-    for role in ("aggregated", "prefill", "decode", "router"):
-        if role in deployment.servers:
-            yield deployment.servers[role]

@@ -30,15 +30,21 @@ from typing import Any
 
 import yaml
 
+from canary.cell import Cell
 from canary.config import CanaryConfig
 from canary.errors import CanaryError
 from canary.kube_values import render_values
-from canary.matrix import Cell
 from canary.paths import REPO_ROOT
-from canary.targets.kubernetes import CHART_NAME, LABEL_CELL, LABEL_INSTANCE, LABEL_NAME, LABEL_RUN
+from canary.targets.kube_names import (
+    CHART_NAME,
+    LABEL_CELL,
+    LABEL_INSTANCE,
+    LABEL_MANAGED,
+    LABEL_NAME,
+    LABEL_RUN,
+    MANAGED_VALUE,
+)
 
-LABEL_MANAGED = "canary.vllm.dev/managed-by"
-MANAGED_VALUE = "canary-waves"
 HELM_TIMEOUT_S = 120.0
 
 # (apiVersion, kind) -> plural: every kind the vllm-pd chart renders. helm/canary's Role grants

@@ -27,11 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from canary.catalog import load_catalog
+from canary.cell import Cell
 from canary.config import CanaryConfig
 from canary.engine_env import LAYOUT_DIR_ENV, EngineRole, cpu_binds, engine_env, router_env
 from canary.errors import CanaryError
-from canary.matrix import Cell
+from canary.model.ref import local_model_dir, resolve_model
 from canary.paths import CACHE_DIR, REPO_ROOT
+from canary.ports import free_ports
 from canary.signatures import LogWatch
 from canary.targets import processes
 from canary.targets.base import Deployment, ServerInfo
@@ -43,8 +45,6 @@ QUIET_ENDPOINTS = "/health,/metrics"
 
 ROUTER_READY_MIN_S = 60.0
 """The router gets at least this long to come up, even when the engines used most of the deadline."""
-
-BUILTIN_PREFIX = "builtin:"
 
 
 @dataclass(frozen=True)
@@ -70,20 +70,6 @@ class ServerPlan:
     def is_engine(self) -> bool:
         """A vLLM engine (not the router)."""
         return self.role != "router"
-
-
-def resolve_model(source: str, cache_dir: Path = CACHE_DIR) -> str:
-    """`builtin:NAME` -> .cache/models/NAME; an existing directory -> its absolute path; else an HF id."""
-    if source.startswith(BUILTIN_PREFIX):
-        name = source[len(BUILTIN_PREFIX) :]
-        path = cache_dir / "models" / name
-        if not (path / "config.json").exists():
-            raise CanaryError(f"model {source} is not built ({path} has no config.json): run `make model` first")
-        return str(path.resolve())
-    path = Path(source).expanduser()
-    if path.is_dir():
-        return str(path.resolve())
-    return source
 
 
 def resolve_executable(text: str, what: str, hint: str) -> Path:
@@ -308,7 +294,7 @@ class LocalTarget:
         try:
             model_path = resolve_model(cell.model_source, self.cache_dir)
         except CanaryError as exc:
-            model_path = str(self.cache_dir / "models" / cell.model_source.removeprefix(BUILTIN_PREFIX))
+            model_path = str(local_model_dir(cell.model_source, self.cache_dir) or cell.model_source)
             notes.append(str(exc))
         servers = [
             {"role": p.role, "command": shlex.join(p.argv), "argv": p.argv, "env": p.env}
@@ -332,7 +318,7 @@ class LocalTarget:
         if cell.topology == "pd-nixl":
             resolve_executable(self.settings.router[0], "P/D router", "run `make engine-venv` (vllm-router)")
         names = self.port_names(cell)
-        ports = dict(zip(names, (str(p) for p in processes.free_ports(len(names), self.settings.host)), strict=True))
+        ports = dict(zip(names, (str(p) for p in free_ports(len(names), self.settings.host)), strict=True))
         log_dir.mkdir(parents=True, exist_ok=True)
         plans = self.plan_servers(cell, ports, builds=builds, model_path=model_path, layout_root=log_dir.absolute())
         deployment = Deployment(cell=cell, base_url="", served_model=cell.model)

@@ -17,9 +17,7 @@ import contextlib
 import ctypes
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -154,61 +152,6 @@ def descendants(pid: int) -> set[int]:
                 out.add(child)
                 stack.append(child)
     return out
-
-
-# --------------------------------------------------------------------------- ports
-
-
-EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-LOWEST_PORT = 10000
-
-
-def ephemeral_range() -> tuple[int, int]:
-    """The kernel's range for port-0 binds and outgoing connections (Linux default 32768-60999)."""
-    try:
-        low, high = (int(v) for v in EPHEMERAL_RANGE_FILE.read_text().split())
-        return low, high
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct ports free right now on host, chosen BELOW the kernel's ephemeral range.
-
-    A port the kernel hands out for port 0 can be handed out again to any other socket: an engine
-    once bound its own ephemeral socket to the NIXL side-channel port picked for its partner, whose
-    handshake listener then died with "Address already in use". Ports outside that range are never
-    given out implicitly, so only a process that asks for one by number can take it."""
-    low, high = ephemeral_range()
-    candidates = list(range(LOWEST_PORT, low)) if low - LOWEST_PORT >= 4 * count else []
-    if not candidates:  # an unusual range: take what is above it
-        candidates = list(range(high + 1, 65536))
-    random.SystemRandom().shuffle(candidates)
-    sockets: list[socket.socket] = []
-    try:
-        for port in candidates:
-            if len(sockets) == count:
-                break
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            try:
-                sock.bind((host, port))
-            except OSError:
-                sock.close()
-                continue
-            sockets.append(sock)
-        if len(sockets) < count:
-            raise CanaryError(f"only {len(sockets)} of {count} free ports outside the ephemeral range on {host}")
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether something listens on host:port (a TCP connect succeeds)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(1.0)
-        return sock.connect_ex((host, port)) == 0
 
 
 # --------------------------------------------------------------------------- registry and signals

@@ -25,15 +25,15 @@ from typing import Any
 
 import yaml
 
-from canary.errors import CanaryError
+from canary.errors import CanaryError, ConfigError
 from canary.paths import BACKENDS_CATALOG
 from canary.vllm_source.backends import DerivedBackend, KernelBlocks, derive_backends
 from canary.vllm_source.pyast import Known, Unknown
 from canary.vllm_source.tree import SourceTree, load_installed, load_sdist, pinned
+from canary.yaml_model import parse_yaml, read_text
 
 CPU_PLATFORM = "cpu"
 DERIVED_PREFIX = "# derived from: "
-GENERATED = ("mla", "kernel_block_sizes", "kernel_block_sizes_conditions", "kv_cache_dtypes")
 _ORDER = (
     "description",
     "mla",
@@ -81,13 +81,10 @@ def default_sources() -> Sources:
 
 def read_catalog(path: Path = BACKENDS_CATALOG) -> tuple[list[str], dict[str, Any]]:
     """(header comment lines, parsed YAML) of the catalog."""
-    try:
-        text = path.read_text(encoding="utf-8")
-        data = yaml.safe_load(text)
-    except (OSError, yaml.YAMLError) as exc:
-        raise CanaryError(f"cannot read {path}: {exc}") from None
+    text = read_text(path)
+    data = parse_yaml(text, str(path))
     if not isinstance(data, dict) or not isinstance(data.get("backends"), dict):
-        raise CanaryError(f"{path}: no `backends:` mapping")
+        raise ConfigError(str(path), "backends", "no `backends:` mapping")
     header = []
     for line in text.splitlines():
         if not line.startswith("#") and line.strip():

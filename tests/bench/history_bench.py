@@ -1,6 +1,6 @@
 """Cost of the run history at 100k metric rows, on SQLite and on a real PostgreSQL server.
 
-The history is seeded from synthesized runs (canary.history.synth: results models, real load
+The history is seeded from synthesized runs (tests/support/synth.py: results models, real load
 statistics): one run's rows are cloned into as many nightly runs as 100k metric rows need, values
 jittered, the candidate of one cell 23% slower in the last 20 runs. Measured per store:
 - write: every run in its own transaction (as `canary run` writes), runs/s and rows/s;
@@ -29,6 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "history"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: tests.support
 
 from pgserver import throwaway_server
 
@@ -37,7 +38,7 @@ from canary.history.findings import find_changes
 from canary.history.record import annotate
 from canary.history.rows import RunRows, flatten
 from canary.history.store import HistoryStore, open_store
-from canary.history.synth import DEFAULT_SLOW, synth_run
+from tests.support.synth import DEFAULT_SLOW, synth_run
 
 
 def clone_runs(template: RunRows, count: int, seed: int = 0) -> Iterator[RunRows]:

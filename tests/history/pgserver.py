@@ -11,11 +11,12 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from canary.ports import free_port
 
 
 class ServerUnavailable(RuntimeError):
@@ -36,12 +37,6 @@ def _bindir() -> Path:
             "PostgreSQL server binaries not found: run `make postgres-tools` (Debian package postgresql)"
         )
     return Path(found[-1]).parent
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _as_user(args: list[str], user: str | None) -> list[str]:
@@ -72,7 +67,7 @@ def throwaway_server() -> Iterator[str]:
     if user:
         entry = pwd.getpwnam(user)
         os.chown(base, entry.pw_uid, entry.pw_gid)
-    port = _free_port()
+    port = free_port()
     started = False
     try:
         _run(

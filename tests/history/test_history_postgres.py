@@ -17,7 +17,7 @@ from canary.history.importer import import_paths
 from canary.history.record import record_run
 from canary.history.rows import MetricRow, flatten
 from canary.history.store import open_store
-from canary.history.synth import DEFAULT_SLOW, synth_history, synth_run
+from tests.support.synth import DEFAULT_SLOW, synth_history, synth_run
 
 pytestmark = pytest.mark.postgres
 SLOW = DEFAULT_SLOW[0]

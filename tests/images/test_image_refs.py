@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from canary import images
-from canary.config import ImageSpec, load_config, validate_config
+from canary.config import ImageSpec
+from canary.config_load import load_config, validate_config
 from canary.errors import ConfigError
 from canary.patchseries import read_series, series_hash
 

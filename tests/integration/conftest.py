@@ -24,8 +24,10 @@ from typing import Any
 
 import pytest
 
-from canary.config import CanaryConfig, Runner, Topology, apply_override, parse_override, validate_config
-from canary.matrix import Cell, plan
+from canary.cell import Cell
+from canary.config import CanaryConfig, Runner, Topology
+from canary.config_load import apply_override, parse_override, validate_config
+from canary.matrix import plan
 from canary.paths import CACHE_DIR
 from canary.targets.base import Deployment
 from canary.targets.local import LocalTarget

@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 
 from canary.paths import REPO_ROOT
+from canary.ports import ephemeral_range, free_ports, port_in_use
 from canary.promtext import scrape, total
 from canary.targets import processes
-from canary.targets.processes import descendants, ephemeral_range, free_ports, group_members, pid_alive, port_in_use
+from canary.targets.processes import descendants, group_members, pid_alive
 
 SHELL_ENV = {"PATH": "/usr/bin:/bin"}
 
@@ -226,7 +227,7 @@ ENGINE_CONTROLLER = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from canary.config import validate_config
+    from canary.config_load import validate_config
     from canary.matrix import plan
     from canary.targets.local import LocalTarget
     config = validate_config(json.loads(sys.argv[2]), "test")

@@ -31,7 +31,7 @@ from k8s_helpers import (
     validate,
 )
 
-from canary.config import validate_config
+from canary.config_load import validate_config
 from canary.images import router_ref
 from canary.kube_values import render_values
 from canary.matrix import plan

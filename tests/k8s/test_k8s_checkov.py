@@ -11,7 +11,7 @@ import pytest
 import yaml
 from k8s_helpers import CHARTS, REPO, checkov_bin, render
 
-from canary.config import validate_config
+from canary.config_load import validate_config
 from canary.kube_values import render_values
 from canary.matrix import plan
 

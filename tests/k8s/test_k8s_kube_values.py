@@ -13,7 +13,7 @@ import pytest
 import yaml
 from k8s_helpers import REPO
 
-from canary.config import validate_config
+from canary.config_load import validate_config
 from canary.images import router_ref
 from canary.kube_values import KubeValuesError, render_values, router_image
 from canary.matrix import plan

@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 from kmock_cluster import KmockCluster, kmock_cluster
 
-from canary.config import CanaryConfig, validate_config
-from canary.targets.kubernetes import STARTUP_COMPLETE, KubernetesTarget, PodState
+from canary.config import CanaryConfig
+from canary.config_load import validate_config
+from canary.targets.kube_state import PodState
+from canary.targets.kubernetes import STARTUP_COMPLETE, KubernetesTarget
 
 NAMESPACE = "gpu"
 STARTUP = [

@@ -29,7 +29,8 @@ from k8s_helpers import (
     validate,
 )
 
-from canary.config import DEFAULT_UCX_TLS, CanaryConfig, load_config, validate_config
+from canary.config import DEFAULT_UCX_TLS, CanaryConfig
+from canary.config_load import load_config, validate_config
 from canary.errors import ConfigError
 from canary.kube_values import render_values
 from canary.matrix import plan

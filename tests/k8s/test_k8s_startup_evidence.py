@@ -35,10 +35,12 @@ import yaml
 from k8s_helpers import REPO
 from kmock_cluster import KmockCluster, kmock_cluster
 
+from canary.cell import Cell
 from canary.checks.base import CheckContext
 from canary.checks.startup import startup_check
-from canary.config import CanaryConfig, validate_config
-from canary.matrix import Cell, plan
+from canary.config import CanaryConfig
+from canary.config_load import validate_config
+from canary.matrix import plan
 from canary.results import CellResult
 from canary.runner import execute
 from canary.targets.kubernetes import STARTUP_COMPLETE, KubernetesTarget
@@ -552,6 +554,9 @@ def test_long_lived_cells_get_true_startup_verdicts(
             assert observed["backend"] == cell.backend
             assert observed["block_size"] == observed["effective_attention_block_size"] == cell.prefill_block_size
             assert startup.metrics[f"kv_cache_tokens_{role}"] == 1_048_576
+            # the start is measured from the pod's creation (kube_state.role_created_at)
+            phases = startup.evidence["start_phases"][role]
+            assert phases["ready_s"] == round(startup.metrics[f"ready_s_{role}"], 1)
 
             log_dir = tmp_path / "run" / "cells" / cell.id / "logs"
             record = (log_dir / f"{role}.startup.log").read_text()

@@ -13,10 +13,12 @@ import pytest
 import yaml
 from kmock_cluster import KmockCluster, kmock_cluster
 
+from canary.cell import Cell
 from canary.checks.base import CheckContext
 from canary.checks.startup import startup_check
-from canary.config import CanaryConfig, validate_config
-from canary.matrix import Cell, plan
+from canary.config import CanaryConfig
+from canary.config_load import validate_config
+from canary.matrix import plan
 from canary.signatures import classify
 from canary.targets.kubernetes import KubernetesTarget, KubernetesTargetError
 

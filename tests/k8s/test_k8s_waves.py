@@ -18,10 +18,12 @@ import yaml
 from k8s_helpers import CHARTS, by_kind, helm_bin, load_crd_schemas, render, validate
 from kmock_cluster import KmockCluster, kmock_cluster
 
-from canary.config import CanaryConfig, KubernetesTargetConfig, validate_config
+from canary.config import CanaryConfig, KubernetesTargetConfig
+from canary.config_load import validate_config
 from canary.matrix import Plan, plan
 from canary.rotation import load_state
-from canary.targets.kube_waves import LABEL_MANAGED, MANAGED_VALUE, RESOURCES, WaveDeployer, gpu_requests
+from canary.targets.kube_names import LABEL_MANAGED, MANAGED_VALUE
+from canary.targets.kube_waves import RESOURCES, WaveDeployer, gpu_requests
 from canary.targets.kubernetes import KubernetesTarget
 from canary.wave_run import execute_waves
 from canary.waves import select_night

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from canary.config import CanaryConfig, load_config
+from canary.config import CanaryConfig
+from canary.config_load import load_config
 from canary.errors import ConfigError
 from canary.paths import CONFIGS_DIR, REPO_ROOT
 

@@ -16,7 +16,8 @@ import pytest
 
 from canary.checks.base import CheckContext
 from canary.checks.startup import startup_check
-from canary.config import CanaryConfig, load_config
+from canary.config import CanaryConfig
+from canary.config_load import load_config
 from canary.matrix import plan
 from canary.paths import CONFIGS_DIR
 from canary.targets import create_target

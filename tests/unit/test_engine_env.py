@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from canary.config import load_config
+from canary.config_load import load_config
 from canary.engine_env import (
     ENGINE_SITE_DIR,
     NIXL_PROGRESS_DELAY_ENV,

@@ -21,11 +21,12 @@ import pytest
 import yaml
 
 from canary import gsm8k, stats
-from canary.checks.accuracy import evaluate_sequentially, order_buckets, resolve_threshold
+from canary.checks.accuracy import order_buckets, resolve_threshold
 from canary.config import AccuracyCheckConfig, DatasetConfig, ModelSpec
 from canary.gsm8k import Gsm8kError, Gsm8kRunner, QuestionResult
 from canary.model import dataset
 from canary.model.dataset import DatasetSpec
+from canary.stats_sequential import evaluate_sequentially
 
 SMALL = DatasetSpec(seed=5, train_size=200, test_size=60)
 

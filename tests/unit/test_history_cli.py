@@ -10,7 +10,7 @@ import pytest
 from canary.cli import main
 from canary.history.compare import compare_runs
 from canary.history.store import open_store
-from canary.history.synth import DEFAULT_SLOW, synth_history
+from tests.support.synth import DEFAULT_SLOW, synth_history
 
 SLOW = DEFAULT_SLOW[0]
 

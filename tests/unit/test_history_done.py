@@ -16,8 +16,8 @@ from canary.history.findings import find_changes, recent_worse
 from canary.history.importer import import_paths
 from canary.history.record import record_run
 from canary.history.store import open_store
-from canary.history.synth import DEFAULT_SLOW, synth_history, synth_run
 from canary.history.tracked import TRACKED
+from tests.support.synth import DEFAULT_SLOW, synth_history, synth_run
 
 SLOW = DEFAULT_SLOW[0]
 

@@ -12,17 +12,18 @@ from typing import Any
 import pytest
 import yaml
 
+from canary.cell import Cell
 from canary.checks import base as checks_base
 from canary.config import CanaryConfig, PerRequestTestConfig
 from canary.history.store import open_store
-from canary.history.synth import requests, sample_cells
 from canary.load.stats import Sample
-from canary.matrix import Cell, Plan
+from canary.matrix import Plan
 from canary.paths import CONFIGS_DIR
 from canary.results import CellResult, CheckResult, Gate
 from canary.runner import execute
 from canary.stats_gate import apply_family_control, per_request_gates, per_request_values
 from canary.targets.base import Deployment
+from tests.support.synth import requests, sample_cells
 
 CFG = PerRequestTestConfig()
 

@@ -11,8 +11,8 @@ import pytest
 from canary.history.importer import import_paths, load_run, results_files
 from canary.history.rows import MetricRow, flatten
 from canary.history.store import SCHEMA_VERSION, HistoryError, open_store, sqlite_path
-from canary.history.synth import synth_history, synth_run
 from canary.results import RunResult
+from tests.support.synth import synth_history, synth_run
 
 
 def _run(tmp_path: Path, number: int = 1) -> RunResult:

@@ -117,17 +117,6 @@ def test_report_and_export_never_import_each_other() -> None:
     assert not crossing, crossing
 
 
-# Cycles being removed by their own pieces of issue 15.3 (a ratchet, not a pass: a new cycle fails,
-# and so does an entry here once its cycle is gone, so the list only shrinks to empty).
-KNOWN_CYCLES: dict[tuple[str, ...], str] = {
-    ("canary.catalog", "canary.config"): "catalog validation moves into a loader (issue 15.3)",
-    ("canary.matrix", "canary.pairwise"): "Cell gets its own module (issue 15.3)",
-}
-
-
 def test_canary_has_no_import_cycle() -> None:
-    found = {tuple(c) for c in cycles(GRAPH)}
-    new = sorted(found - set(KNOWN_CYCLES))
-    assert not new, "import cycles in canary/: " + "; ".join(" <-> ".join(c) for c in new)
-    gone = sorted(set(KNOWN_CYCLES) - found)
-    assert not gone, f"fixed, remove from KNOWN_CYCLES: {gone}"
+    found = cycles(GRAPH)
+    assert not found, "import cycles in canary/: " + "; ".join(" <-> ".join(c) for c in found)

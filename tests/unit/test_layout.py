@@ -5,9 +5,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from canary.cell import Cell
 from canary.checks.layout import interior_split_is_token_split, judge_layouts, judge_transfers, summarize
-from canary.config import load_config
-from canary.matrix import Cell, plan
+from canary.config_load import load_config
+from canary.matrix import plan
 from canary.targets.engine_site.layout_probe import grain_of
 
 

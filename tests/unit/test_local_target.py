@@ -5,13 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-
-from canary.config import load_config
-from canary.errors import CanaryError
+from canary.config_load import load_config
 from canary.matrix import plan
 from canary.paths import CONFIGS_DIR
-from canary.targets.local import LocalTarget, resolve_model
+from canary.targets.local import LocalTarget
 
 
 def _cells(*overrides: str) -> tuple[LocalTarget, dict[str, Any]]:
@@ -79,12 +76,3 @@ def test_gpu_platform_uses_cuda_buffers_and_no_cpu_env() -> None:
     prefill, decode, _ = target.describe(cells["pd.flashinfer.p128-d128.auto.v1.baseline"])["servers"]
     assert json.loads(_flag(prefill["argv"], "--kv-transfer-config"))["kv_buffer_device"] == "cuda"
     assert not any(k.startswith("VLLM_CPU_") for k in decode["env"])
-
-
-def test_builtin_model_that_is_not_built_names_make_model(tmp_path: Any) -> None:
-    with pytest.raises(CanaryError, match="run `make model`"):
-        resolve_model("builtin:tiny", cache_dir=tmp_path)
-    (tmp_path / "models" / "tiny").mkdir(parents=True)
-    (tmp_path / "models" / "tiny" / "config.json").write_text("{}")
-    assert resolve_model("builtin:tiny", cache_dir=tmp_path) == str((tmp_path / "models" / "tiny").resolve())
-    assert resolve_model("org/some-model", cache_dir=tmp_path) == "org/some-model"

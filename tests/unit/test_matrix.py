@@ -9,10 +9,12 @@ import sys
 import pytest
 
 from canary.catalog import load_catalog
-from canary.config import load_config
-from canary.matrix import RISK_KERNEL_SPLIT, RISK_PD_BLOCK_MISMATCH, Cell, find, k8s_name_for, plan
+from canary.cell import RISK_KERNEL_SPLIT, RISK_PD_BLOCK_MISMATCH, Cell
+from canary.config_load import load_config
+from canary.matrix import find, plan
 from canary.pairwise import uncovered_pairs
 from canary.paths import CONFIGS_DIR, REPO_ROOT
+from canary.targets.kube_names import k8s_name_for
 
 
 def _h200_cells() -> list[Cell]:
@@ -106,6 +108,17 @@ def test_k8s_name_is_cut_with_hash() -> None:
     assert len(name) <= 40 and name != k8s_name_for(long_id + "x")
 
 
+def test_a_cells_kubernetes_name_comes_from_the_kubernetes_side() -> None:
+    cells = _h200_cells()
+    assert all(c.k8s_name == k8s_name_for(c.id) for c in cells)
+    stored = json.loads(cells[0].model_dump_json())
+    assert Cell.model_validate(stored) == cells[0]  # a results.json keeps the name it ran under
+    stored["k8s_name"] = "kept-as-stored"
+    assert Cell.model_validate(stored).k8s_name == "kept-as-stored"
+    del stored["k8s_name"]
+    assert Cell.model_validate(stored).k8s_name == k8s_name_for(stored["id"])
+
+
 def test_pairwise_covers_every_pair_and_keeps_high_risk() -> None:
     config = load_config(CONFIGS_DIR / "h200-mrv2-pd.yaml")
     full = plan(config)
@@ -162,4 +175,4 @@ def test_cli_only_filters(only: str) -> None:
 
 def test_cli_only_unknown_cell_is_an_error() -> None:
     result = _cli("plan", "configs/cpu-default.yaml", "--only", "nope")
-    assert result.returncode == 1 and "matches no cell" in result.stderr
+    assert result.returncode == 2 and "matches no cell" in result.stderr

@@ -7,9 +7,11 @@ from typing import Any
 import pytest
 import yaml
 
-from canary.config import CanaryConfig, validate_config
+from canary.cell import RISK_MIXED_PAIR
+from canary.config import CanaryConfig
+from canary.config_load import validate_config
 from canary.errors import ConfigError
-from canary.matrix import RISK_MIXED_PAIR, plan
+from canary.matrix import plan
 from canary.paths import REPO_ROOT
 from canary.targets.local import EngineBuild, LocalTarget
 

@@ -14,10 +14,12 @@ from typing import get_args
 
 import pytest
 
+from canary.cell import Cell
 from canary.checks import base as checks_base
 from canary.checks.base import CHECK_ORDER
-from canary.config import CheckName, load_config
-from canary.matrix import Cell, find, plan
+from canary.config import CheckName
+from canary.config_load import load_config
+from canary.matrix import find, plan
 from canary.paths import CONFIGS_DIR
 from canary.results import CheckResult
 from canary.runner import apply_expectation, execute

@@ -7,23 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from canary.config import load_config
+from canary.config_load import load_config
 from canary.errors import ConfigError
 from canary.matrix import plan
 from canary.paths import CONFIGS_DIR, REPO_ROOT
 from canary.results import CellResult, CheckResult, Gate, RunResult
-from canary.selftest import (
-    DEFAULT_CONFIG,
-    FAULTS_FILE,
-    FaultSpec,
-    ProgressClock,
-    SelftestResult,
-    fault_config,
-    judge_clean,
-    judge_fault,
-    load_faults,
-    render_table,
-)
+from canary.selftest.judge import ProgressClock, judge_clean, judge_fault
+from canary.selftest.model import DEFAULT_CONFIG, FAULTS_FILE, FaultSpec, SelftestResult, fault_config, load_faults
+from canary.selftest.table import render_table
 
 T0 = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
 
@@ -166,7 +157,7 @@ def test_clean_run_alarms() -> None:
 def test_table_lists_every_run() -> None:
     from rich.console import Console
 
-    from canary.selftest import CleanOutcome, FaultOutcome
+    from canary.selftest.model import CleanOutcome, FaultOutcome
 
     result = SelftestResult(
         started_at=T0,
@@ -196,7 +187,7 @@ def test_table_lists_every_run() -> None:
 
 
 def test_unknown_fault_is_a_config_error(tmp_path: Path) -> None:
-    from canary.selftest import run_selftest
+    from canary.selftest.run import run_selftest
 
     with pytest.raises(ConfigError, match="no such fault"):
         run_selftest(DEFAULT_CONFIG, tmp_path, clean_runs=0, only=["99"])

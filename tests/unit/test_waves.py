@@ -12,9 +12,11 @@ import pytest
 import yaml
 
 from canary import waves
+from canary.cell import Cell
 from canary.cli import main
-from canary.config import CanaryConfig, validate_config
-from canary.matrix import Cell, plan
+from canary.config import CanaryConfig
+from canary.config_load import validate_config
+from canary.matrix import plan
 from canary.rotation import RotationStateError, load_state, state_path
 from canary.waves import DEFAULT_MODEL, EstimateModel, ScheduleError
 
@@ -76,7 +78,9 @@ def test_check_seconds_follow_the_config() -> None:
     m = EstimateModel(token_s=0.01, request_s=0.5)
     got = waves.check_seconds(pd, cfg, m)
     assert got["kv_transfer"] == pytest.approx(2 * (0.5 + 4 * 0.01), abs=0.05)  # rounded to 0.1 s
-    assert got["parity"] == pytest.approx(2 * (0.5 + 10 * 0.01))
+    # P/D with its control planned: one wave (8 in flight) of 2 generations and 2 re-scorings, 4 /tokenize
+    # requests (canary.waves.parity_phases; tests/unit/test_waves_parity.py)
+    assert got["parity"] == pytest.approx((0.5 + 10 * 0.01) + (0.5 + 0.01) + 4 * 0.02, abs=0.05)
     assert got["accuracy"] == pytest.approx(10 * (0.5 + 50 * 0.01))  # 100 questions, 10 at a time
     assert got["throughput"] == pytest.approx(2 * 10 * (0.5 + 100 * 0.01))  # 2 repeats x 10 rounds
     agg = next(c for c in planned(cfg) if c.topology == "aggregated")
@@ -240,7 +244,7 @@ def test_canary_plan_refuses_a_plan_past_the_deadline(tmp_path: Path, capsys: py
 def test_the_shipped_gpu_configs_fit_a_night(name: str) -> None:
     """The GPU configs as shipped: waves inside their budget (16 H200s for h200-mrv2-pd), tonight's
     estimate inside the CronJob deadline, the nightly cells and their controls included."""
-    from canary.config import load_config
+    from canary.config_load import load_config
     from canary.paths import CONFIGS_DIR
 
     cfg = load_config(CONFIGS_DIR / name)

@@ -45,7 +45,7 @@ from typing import Any
 LAYOUT_DIR_ENV = "CANARY_LAYOUT_DIR"
 LOG_PREFIX = "canary-layout-probe: "
 """Each update is also printed to stderr as one line with this prefix: a target that only has the
-engine's log (Kubernetes) reads the record from there (canary.targets.base.layout_from_log)."""
+engine's log (Kubernetes) reads the record from there (canary.targets.base.layouts_from_log)."""
 SCHEMA_VERSION = 1
 MAX_TRANSFERS = 8
 MAX_IDS = 64

@@ -2,7 +2,8 @@
 (candidate) image and one unsupported backend, with the outcomes the canary exists to catch.
 
 Used by the report/export tests and for previewing the reports:
-`python -m canary.report.sample OUT_DIR` writes every result file of it into OUT_DIR.
+`python -m tests.support.sample OUT_DIR` (from the repository root) writes every result file of it
+into OUT_DIR.
 
 Numbers follow what real runs measured on the CPU machine (docs: FACTS): an aggregated server
 ~30 req/s at 64 in / 32 out tokens and concurrency 4, a P/D pair ~8 req/s, 20-60 s startup.
@@ -22,9 +23,11 @@ from pathlib import Path
 
 import yaml
 
-from canary.config import CanaryConfig, validate_config
+from canary.cell import Cell
+from canary.config import CanaryConfig
+from canary.config_load import validate_config
 from canary.history.tracked import TRACKED
-from canary.matrix import Cell, plan
+from canary.matrix import plan
 from canary.results import CellCoverage, CellResult, CheckResult, Gate, RunResult
 from canary.runner import apply_expectation
 
@@ -65,7 +68,7 @@ QUESTIONS = 100
 
 def sample_config() -> CanaryConfig:
     """The CPU default matrix with a candidate image and an unsupported backend added."""
-    return validate_config(yaml.safe_load(SAMPLE_CONFIG), "canary.report.sample")
+    return validate_config(yaml.safe_load(SAMPLE_CONFIG), "tests.support.sample")
 
 
 def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -187,14 +190,79 @@ def _mcnemar(correct: int, control_correct: int) -> float:
     return min(1.0, 2 * 0.5**discordant) if discordant else 1.0
 
 
+PARITY_PROMPTS, PARITY_REJECTED = 18, 1
+"""Parity prompts of the sample (17 lengths as configs/cpu-default.yaml, 1 rejected as evidence)."""
+
+
 def _parity(rate: float) -> CheckResult:
+    """A P/D cell against its control on CPU (null floor 0: exact); rate < 1: the blocks beyond the
+    first are corrupt (prompts of one block match)."""
+    kept = PARITY_PROMPTS - PARITY_REJECTED
+    failing = round((1.0 - rate) * kept)
+    kl, dlp = (0.92, 3.1) if failing else (2e-11, 2.4e-7)
+    metrics = {
+        "parity_match_rate": rate,
+        "parity_first_diff_min": 0.0 if failing else 32.0,
+        "parity_prompts": float(PARITY_PROMPTS),
+        "parity_evidence_prompts": float(kept),
+        "parity_rejected_prompts": float(PARITY_REJECTED),
+        "parity_kl_max": kl,
+        "parity_kl_mean": kl / 6,
+        "parity_abs_dlogprob_max": dlp,
+        "parity_top1_agree_min": 0.4 if failing else 1.0,
+        "parity_null_kl_max": 0.0,
+        "parity_null_abs_dlogprob_max": 0.0,
+        "parity_kl_over_floor": kl / 1e-4,
+        "parity_abs_dlogprob_over_floor": dlp / 1e-3,
+        "parity_failing_prompts": float(failing),
+        **({"parity_first_divergent_block": 2.0} if failing else {}),
+    }
     return CheckResult(
         name="parity",
         verdict="pass" if rate >= 1.0 else "fail",
         summary=f"greedy tokens identical to the control for {rate:.0%} of prompts",
-        metrics={"parity_match_rate": rate},
+        metrics=metrics,
         gates=[Gate(name="min-match-rate", passed=rate >= 1.0, observed=rate, threshold=1.0)],
         duration_s=3.1,
+    )
+
+
+def _reference(candidate: bool, drift: bool = False) -> CheckResult:
+    """An aggregated control's reference and null arm; on the candidate image also its drift against
+    the baseline image's control: within both images' noise, or (`drift`) beyond it."""
+    metrics = {
+        "parity_prompts": float(PARITY_PROMPTS),
+        "parity_evidence_prompts": float(PARITY_PROMPTS - PARITY_REJECTED),
+        "parity_rejected_prompts": float(PARITY_REJECTED),
+        "parity_null_kl_max": 3e-5,
+        "parity_null_abs_dlogprob_max": 2e-3,
+        "parity_null_token_flips": 0.0,
+    }
+    if candidate:
+        kl = 0.21 if drift else 4e-5
+        metrics.update(
+            {
+                "parity_drift_prompts": float(PARITY_PROMPTS - PARITY_REJECTED),
+                "parity_drift_token_flips": 14.0 if drift else 0.0,
+                "parity_drift_kl_max": kl,
+                "parity_drift_abs_dlogprob_max": 0.25 if drift else 1.5e-3,
+                "parity_drift_first_diff_min": 3.0 if drift else 32.0,
+                "parity_drift_kl_over_floor": kl / (2 * 3e-5 + 1e-4),
+                "parity_drift_failed_gates": 2.0 if drift else 0.0,
+            }
+        )
+    summary = f"reference of {PARITY_PROMPTS} prompts, {PARITY_PROMPTS - PARITY_REJECTED} evidence"
+    if drift:
+        summary = f"drift vs the baseline image: 14/{PARITY_PROMPTS - PARITY_REJECTED} prompts change greedy tokens"
+    return CheckResult(
+        name="parity",
+        verdict="fail" if drift else "pass",
+        summary=summary,
+        metrics=metrics,
+        gates=[Gate(name="drift-kl-vs-baseline", passed=not drift, observed=0.0 if drift else 1.0, threshold=0.01)]
+        if candidate
+        else [],
+        duration_s=7.9,
     )
 
 
@@ -224,6 +292,8 @@ def _checks(cell: Cell, index: int, baseline_rps: dict[str, float]) -> list[Chec
     mismatch = cell.prefill_block_size != cell.decode_block_size
     if cell.topology == "pd-nixl":
         checks.append(_parity(0.8 if mismatch and not candidate else 1.0))
+    else:
+        checks.append(_reference(candidate))
     correct = 12 if mismatch and not candidate else 58 - index % 3
     checks.append(_accuracy(correct, 57 if cell.topology == "pd-nixl" else None))
     key = f"{cell.topology}/{cell.block_label}"
@@ -240,6 +310,18 @@ def _checks(cell: Cell, index: int, baseline_rps: dict[str, float]) -> list[Chec
         no_transfer = candidate and cell.prefill_block_size == 128
         checks.append(_kv(0.0 if no_transfer else 2_490_368.0 + 65_536 * index))
     return checks
+
+
+def with_drift(run: RunResult, cell_id: str) -> RunResult:
+    """A copy of the run whose aggregated candidate cell `cell_id` drifts from the baseline image beyond
+    both images' noise (its parity check fails: the candidate's sampler changed)."""
+    out = run.model_copy(deep=True)
+    result = next(c for c in out.cells if c.cell.id == cell_id)
+    if result.cell.topology != "aggregated" or result.cell.image == out.baseline_image:
+        raise ValueError(f"{cell_id}: drift is measured on aggregated cells of a candidate image")
+    result.checks = [_reference(True, drift=True) if c.name == "parity" else c for c in result.checks]
+    result.verdict, result.reason = apply_expectation(result.cell, result.checks)
+    return out
 
 
 def sample_run(finished_at: dt.datetime | None = None, run_id: str | None = None) -> RunResult:
@@ -298,7 +380,7 @@ def main(argv: list[str]) -> int:
     from canary.report import write_all
 
     if len(argv) != 1:
-        print("usage: python -m canary.report.sample OUT_DIR", file=sys.stderr)
+        print("usage: python -m tests.support.sample OUT_DIR", file=sys.stderr)
         return 2
     out = Path(argv[0])
     out.mkdir(parents=True, exist_ok=True)

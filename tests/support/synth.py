@@ -19,9 +19,9 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
+from canary.cell import Cell
 from canary.config import PerRequestTestConfig
 from canary.load.stats import Sample, summarize
-from canary.matrix import Cell
 from canary.results import CellResult, CheckResult, RunResult
 from canary.stats_gate import apply_family_control, per_request_gates
 
@@ -41,7 +41,6 @@ def sample_cells() -> list[Cell]:
             cells.append(
                 Cell(
                     id=cell_id,
-                    k8s_name=cell_id.replace(".", "-").replace("_", "-"),
                     model="tiny",
                     model_source="builtin:tiny",
                     backend="CPU_ATTN",

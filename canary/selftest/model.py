@@ -1,0 +1,152 @@
+"""The selftest's model: the fault catalogue (tests/faults/faults.yaml), its loading and validation,
+the config of one fault's run, and what a selftest run produced (selftest.json)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, PositiveInt
+
+from canary.checks.base import CHECK_ORDER
+from canary.config import CanaryConfig, CheckName, ImageSpec, Topology
+from canary.errors import ConfigError
+from canary.paths import CONFIGS_DIR, REPO_ROOT
+from canary.yaml_model import FrozenModel, load_yaml_model
+
+DEFAULT_CONFIG = CONFIGS_DIR / "selftest.yaml"
+FAULTS_FILE = REPO_ROOT / "tests" / "faults" / "faults.yaml"
+DEFAULT_CLEAN_RUNS = 3
+
+
+class FaultSpec(FrozenModel):
+    """One seeded fault and the check that must catch it."""
+
+    id: str = Field(pattern=r"^[0-9]{2}-[a-z0-9-]+$", description="Directory under tests/faults/.")
+    title: str = Field(min_length=1, description="What is wrong, for the table.")
+    bug_class: str = Field("", description="The class of real bug it stands for.")
+    series: str | None = Field(None, description="Series file relative to faults.yaml (default <id>/series).")
+    expect_check: CheckName = Field(description="The check that must fail.")
+    also_expected: list[CheckName] = Field(
+        default_factory=list, description="Checks that should fail too (reported, not required)."
+    )
+    expect_failure_class: str | None = Field(None, description="startup: the signature id it must be classified as.")
+    expect_gate: str | None = Field(None, description="A failing gate whose name starts with this must be present.")
+    topologies: list[Topology] = Field(min_length=1, description="Cells the fault's run deploys.")
+    checks: list[CheckName] | None = Field(None, description="Checks that run (startup always); unset: all.")
+    baseline_image: bool = Field(False, description="Also deploy the clean image as the baseline to compare with.")
+    block_size: PositiveInt | None = Field(
+        None, description="Run the fault's cells at this logical block size instead of the config's."
+    )
+    kernel_block_sizes: dict[str, list[PositiveInt]] = Field(
+        default_factory=dict,
+        description="Kernel block sizes the faulty build advertises (images.<key>.kernel_block_sizes), for faults "
+        "that carry a kernel-split build.",
+    )
+
+    def series_path(self, faults_file: Path) -> Path:
+        """The absolute series file."""
+        return (faults_file.parent / (self.series or f"{self.id}/series")).absolute()
+
+
+class FaultCatalog(FrozenModel):
+    """tests/faults/faults.yaml."""
+
+    schema_version: Literal[1] = Field(1, description="Schema version.")
+    faults: list[FaultSpec] = Field(min_length=1, description="The seeded faults.")
+
+
+class FaultOutcome(FrozenModel):
+    """What the canary made of one fault."""
+
+    id: str
+    title: str
+    expected_check: str
+    detected: bool
+    fired: list[str] = Field(description="Checks that failed on a cell of the faulty image, in run order.")
+    errors: list[str] = Field(default_factory=list, description="Checks that errored (not counted as detection).")
+    detail: str = Field("", description="Why it counts as detected or missed.")
+    time_to_verdict_s: float | None = Field(None, description="Run start -> the expected check's failing verdict.")
+    run_duration_s: float
+    run_dir: str
+
+
+class CleanOutcome(FrozenModel):
+    """One clean run: any failing verdict is a false alarm."""
+
+    index: int
+    ok: bool
+    alarms: list[str]
+    cells: dict[str, str]
+    run_duration_s: float
+    run_dir: str
+
+
+class SelftestResult(FrozenModel):
+    """selftest.json."""
+
+    started_at: dt.datetime
+    duration_s: float
+    ok: bool
+    config: str
+    clean: list[CleanOutcome]
+    faults: list[FaultOutcome]
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_faults(path: Path = FAULTS_FILE) -> FaultCatalog:
+    """Read and validate the fault catalogue; every series must exist."""
+    catalog = load_yaml_model(path, FaultCatalog)
+    ids = [f.id for f in catalog.faults]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(str(path), "faults", f"duplicate fault ids in {ids}")
+    for index, fault in enumerate(catalog.faults):
+        if not fault.series_path(path).is_file():
+            raise ConfigError(str(path), f"faults.{index}.series", f"{fault.series_path(path)} does not exist")
+    return catalog
+
+
+def clean_image(config: CanaryConfig) -> tuple[str, ImageSpec]:
+    """The selftest config's one image, which must be unpatched."""
+    if len(config.images) != 1:
+        raise ConfigError(config.name, "images", "the selftest config must define exactly one (clean) image")
+    key, image = next(iter(config.images.items()))
+    if image.patches:
+        raise ConfigError(config.name, f"images.{key}.patches", "the clean image must not carry patches")
+    return key, image
+
+
+def fault_config(base: CanaryConfig, fault: FaultSpec, faults_file: Path = FAULTS_FILE) -> CanaryConfig:
+    """The config of one fault's run (see the module docstring)."""
+    key, image = clean_image(base)
+    fault_key = f"fault-{fault.id}"
+    faulty = image.model_copy(
+        update={
+            "patches": str(fault.series_path(faults_file)),
+            "ref": f"{image.ref}+{fault.id}",
+            "description": f"{image.description} with seeded fault {fault.id}".strip(),
+            "kernel_block_sizes": dict(fault.kernel_block_sizes) or image.kernel_block_sizes,
+        }
+    )
+    data = base.model_dump(mode="json")
+    data["name"] = f"{base.name}-{fault.id}"[:63].rstrip("-")
+    if fault.baseline_image:
+        data["images"] = {key: image.model_dump(mode="json"), fault_key: faulty.model_dump(mode="json")}
+        data["baseline_image"] = key
+    else:
+        data["images"] = {fault_key: faulty.model_dump(mode="json")}
+        data["baseline_image"] = None
+    data["matrix"]["images"] = None
+    data["matrix"]["topologies"] = list(fault.topologies)
+    if fault.block_size is not None:
+        data["matrix"]["prefill_block_sizes"] = [fault.block_size]
+        data["matrix"]["decode_block_sizes"] = None
+    data["matrix"]["include"] = [c for c in data["matrix"]["include"] if c["topology"] in fault.topologies]
+    if fault.checks is not None:
+        for name in CHECK_ORDER:
+            if name != "startup":
+                data["checks"][name]["enabled"] = name in fault.checks
+    return CanaryConfig.model_validate(data)

@@ -1,0 +1,1 @@
+"""Test support shared by the test suites and benches (not part of the installed canary package)."""
