@@ -11,7 +11,9 @@ each panel query against a real Prometheus holding a pushed run.
 Dashboards:
 - vllm-canary-overview: last run, failing cells, the matrix status (backend x block size per
   topology and image, coloured by verdict), status history of cells and checks, startup times
-  and failure classes, P/D health (NIXL bytes, greedy parity).
+  and failure classes, P/D health (NIXL bytes, greedy parity), KV fidelity against the null arm
+  (KL, |delta logprob|, top-1 agreement, failing prompts, first divergent block) and drift of
+  candidate images against the baseline image.
 - vllm-canary-performance: throughput and latency trends (TTFT/TPOT/ITL/E2E percentiles), GSM8K
   accuracy with its Wilson bounds and gate, baseline vs candidate images.
 """
@@ -52,7 +54,6 @@ FILTERS: dict[str, str] = {
 }
 VARIABLE_SOURCE = s.CELL_STATUS.name
 TAGS = ["vllm", "canary"]
-SCHEMA_VERSION_TAG = "vllm-canary"
 
 
 def selector(*extra: str, skip: Sequence[str] = ()) -> str:
@@ -358,6 +359,110 @@ def overview() -> gdash.Dashboard:
             .min(0)
             .max(1)
         )
+        .with_row(gdash.Row("KV fidelity (parity)"))
+        .with_panel(
+            _timeseries(
+                "Worst P/D prompt over the noise floor",
+                f"{s.PARITY_KL_OVER_FLOOR.help} B: {s.PARITY_ABS_DLOGPROB_OVER_FLOOR.help} "
+                "Alert CanaryKVFidelityBreach when the parity check fails.",
+                "none",
+                _query(f"{s.PARITY_KL_OVER_FLOOR.name}{pd_only}", "{{cell}} KL"),
+                _query(f"{s.PARITY_ABS_DLOGPROB_OVER_FLOOR.name}{pd_only}", "{{cell}} |dlogprob|", ref="B"),
+            )
+            .scale_distribution(gcommonb.ScaleDistributionConfig().type(gcommon.ScaleDistribution.LOG).log(10))
+            .thresholds(_over_floor_thresholds())
+        )
+        .with_panel(
+            _timeseries(
+                "KL estimate against the control and the null floor",
+                "Max (A) and mean (B) per-position top-k KL of P/D output under its control (nats); C: "
+                + s.PARITY_NULL_KL_MAX.help,
+                "none",
+                _query(f"{s.PARITY_KL_MAX.name}{pd_only}", "{{cell}} max"),
+                _query(f"{s.PARITY_KL_MEAN.name}{pd_only}", "{{cell}} mean", ref="B"),
+                _query(f"{s.PARITY_NULL_KL_MAX.name}{selector()}", "{{cell}} null floor", ref="C"),
+            ).override_by_query(
+                "C", [gmodel.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [4, 4]})]
+            )
+        )
+        .with_panel(_fidelity_table())
+        .with_panel(
+            _timeseries(
+                "Drift against the baseline image",
+                f"{s.PARITY_DRIFT_KL_OVER_FLOOR.help} Alert CanaryImageDrift when a drift gate fails.",
+                "none",
+                _query(f"{s.PARITY_DRIFT_KL_OVER_FLOOR.name}{selector()}", "{{cell}}"),
+            ).thresholds(_over_floor_thresholds())
+        )
+        .with_panel(_drift_table())
+    )
+
+
+def _over_floor_thresholds() -> gdash.ThresholdsConfig:
+    """Green up to the gate's threshold (1), red beyond."""
+    return (
+        gdash.ThresholdsConfig()
+        .mode(gmodel.ThresholdsMode.ABSOLUTE)
+        .steps([gmodel.Threshold(value=None, color="green"), gmodel.Threshold(value=1, color="red")])
+    )
+
+
+def _instant_table(
+    title: str, description: str, columns: Sequence[tuple[s.MetricSpec, str]], span: int
+) -> gtable.Panel:
+    """One row per cell, one column per metric (instant queries, merged)."""
+    refs = [chr(ord("A") + index) for index in range(len(columns))]
+    queries = [
+        _query(f"{spec.name}{selector()}", ref=ref, instant=True) for ref, (spec, _) in zip(refs, columns, strict=True)
+    ]
+    hidden = (*CELL_COLUMNS_HIDDEN[:-1], "model", "prefill_block_size", "decode_block_size", "scope", "kv_cache_dtype")
+    rename = {f"Value #{ref}": name for ref, (_, name) in zip(refs, columns, strict=True)}
+    return (
+        _table(title, description, *queries, span=span)
+        .with_transformation(gmodel.DataTransformerConfig(id_val="merge", options={}))
+        .with_transformation(_organize(hidden, rename))
+    )
+
+
+def _fidelity_table() -> gtable.Panel:
+    columns = (
+        (s.PARITY_FAILING_PROMPTS, "failing prompts"),
+        (s.PARITY_FIRST_DIVERGENT_BLOCK, "first divergent block"),
+        (s.PARITY_EVIDENCE_PROMPTS, "evidence prompts"),
+        (s.PARITY_REJECTED_PROMPTS, "rejected as evidence"),
+        (s.PARITY_PROMPTS, "prompts"),
+        (s.PARITY_TOP1_AGREE_MIN, "top-1 agreement min"),
+        (s.PARITY_ABS_DLOGPROB_MAX, "max |dlogprob|"),
+        (s.PARITY_NULL_ABS_DLOGPROB_MAX, "null max |dlogprob|"),
+        (s.PARITY_NULL_TOKEN_FLIPS, "null token flips"),
+        (s.PARITY_FIRST_DIFF, "first differing token"),
+    )
+    return _instant_table(
+        "KV fidelity now",
+        "Last parity result of every cell: P/D prompts beyond the null arm and the KV block their divergence "
+        "starts at (in blocks of the smaller logical block size), prompts kept and rejected as evidence, top-1 "
+        "agreement and |delta logprob| against the control and the control's own noise. Per-prompt series: "
+        "results.json (evidence.per_prompt).",
+        columns,
+        24,
+    )
+
+
+def _drift_table() -> gtable.Panel:
+    columns = (
+        (s.PARITY_DRIFT_FAILED_GATES, "failed drift gates"),
+        (s.PARITY_DRIFT_TOKEN_FLIPS, "prompts with other tokens"),
+        (s.PARITY_DRIFT_PROMPTS, "prompts compared"),
+        (s.PARITY_DRIFT_KL_MAX, "KL max"),
+        (s.PARITY_DRIFT_ABS_DLOGPROB_MAX, "max |dlogprob|"),
+        (s.PARITY_DRIFT_FIRST_DIFF, "first differing token"),
+    )
+    return _instant_table(
+        "Drift now",
+        "Candidate images' aggregated controls against the same cell on the baseline image (same prompts, same "
+        "run): the size of the difference, gated against both images' null arms.",
+        columns,
+        12,
     )
 
 

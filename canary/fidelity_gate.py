@@ -177,17 +177,38 @@ def locate(prompt_len: int, position: int, sides: Sequence[BlockSide]) -> dict[s
     return out
 
 
-def diagnose(failing: Sequence[tuple[int, int]], passing: Sequence[int], block: int) -> str:
-    """A short diagnosis from prompt lengths: `failing` = (prompt length, first divergent output
-    position), `passing` = lengths of prompts that stayed within the noise, `block` = the logical
-    block size the blocks are counted in (the smallest of the cell's). The first corrupt block k
-    is bounded by the prompts (loaded_blocks): a passing prompt loaded at least lo blocks cleanly
-    (k > lo), a failing one at most hi blocks (k <= hi)."""
+def divergence_bounds(
+    failing: Sequence[tuple[int, int]], passing: Sequence[int], block: int
+) -> tuple[int, int, int] | None:
+    """(low, high, last) from prompt lengths: the first corrupt block k (1-based) lies in low..high,
+    of `last` blocks the longest failing prompt loads; None when no prompt fails. `failing` =
+    (prompt length, first divergent output position), `passing` = lengths of prompts that stayed
+    within the noise, `block` = the logical block size the blocks are counted in (the smallest of
+    the cell's). A passing prompt loaded at least lo blocks cleanly (k > lo), a failing one at most
+    hi blocks (k <= hi) (loaded_blocks); low > high: not a block-position pattern."""
     if not failing:
-        return "no divergence beyond the noise floor"
+        return None
     low = max((loaded_blocks(length, block)[0] for length in passing), default=0) + 1
     high = min(loaded_blocks(length, block)[1] for length, _ in failing)
     last = max(loaded_blocks(length, block)[1] for length, _ in failing)
+    return low, high, last
+
+
+def first_divergent_block(failing: Sequence[tuple[int, int]], passing: Sequence[int], block: int) -> int | None:
+    """The block the divergence starts at as far as the prompt lengths tell (the earliest one it
+    can start at); None when nothing fails or the failures follow no block-position pattern."""
+    bounds = divergence_bounds(failing, passing, block)
+    if bounds is None or bounds[0] > bounds[1]:
+        return None
+    return bounds[0]
+
+
+def diagnose(failing: Sequence[tuple[int, int]], passing: Sequence[int], block: int) -> str:
+    """A short diagnosis from prompt lengths (arguments and bounds: divergence_bounds)."""
+    bounds = divergence_bounds(failing, passing, block)
+    if bounds is None:
+        return "no divergence beyond the noise floor"
+    low, high, last = bounds
     unit = f"blocks of {block} tokens"
     if low > high:
         where = f"not a block-position pattern: a longer prompt matches while a shorter one diverges ({unit})"

@@ -15,7 +15,15 @@ The time model (`EstimateModel`; every constant lives there):
 - A cell's checks, from its config (`checks.*`), with `token_s` seconds per generated token of a
   sequence and `request_s` per request on top (prefill, HTTP):
   kv_transfer (P/D): `probe_requests` requests of 4 tokens;
-  parity: one greedy request per prompt length (`canary.checks.parity_prompts.prompt_lengths`);
+  parity (`parity_phases`, from `checks.parity`; n = the prompts of
+  `canary.checks.parity_prompts.prompt_lengths`): 2n `/tokenize` requests (`tokenize_s` each); an
+  aggregated control n greedy requests of `max_tokens` one at a time (the prefix-cache miss), then
+  one wave of `null_concurrency` in flight: n again (the null arm), n altered-first-block twins of
+  min(`max_tokens`, `dependence_tokens`) tokens (the evidence check), n teacher-forced re-scorings
+  (one token); a P/D cell one wave of n generations through the router and n re-scorings on its
+  prefill server (at most n: only evidence prompts are sent), plus the control's requests when no
+  aggregated control is planned (it then measures the reference on its own prefill server). A
+  wave's requests of one kind take `ceil(requests / concurrency)` rounds;
   accuracy: `ceil(limit / num_concurrent)` rounds of `max_gen_toks` tokens (no early stop);
   throughput: per repeat, closed loop `ceil((num_requests + warmup) / concurrency)` rounds of
   `output_tokens` tokens, open loop `(num_requests + warmup) / request_rate` s, at most
@@ -38,9 +46,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from canary.cell import Cell
 from canary.config import CanaryConfig, CellMatch
 from canary.errors import CanaryError
-from canary.matrix import Cell, matches
+from canary.matrix import matches
 
 KEY_BUDGET = "target.kubernetes.gpu_budget"
 KEY_DEADLINE = "target.kubernetes.job_deadline_s"
@@ -70,6 +79,8 @@ class EstimateModel:
     """Delete a wave and wait for its pods to go (vllm-pd's terminationGracePeriodSeconds is 60)."""
     fill_ratio: float = 0.85
     """Share of the deadline a run's typical estimate may fill."""
+    tokenize_s: float = 0.02
+    """One `/tokenize` request (no model work: HTTP and the tokenizer)."""
 
 
 DEFAULT_MODEL = EstimateModel()
@@ -98,11 +109,62 @@ def parity_prompt_count(config: CanaryConfig) -> int:
     return len(prompt_lengths(config))
 
 
+@dataclass(frozen=True)
+class RequestPhase:
+    """Requests of one kind a check sends: `tokens` generated tokens each, `concurrency` in flight."""
+
+    what: str
+    requests: int
+    tokens: int
+    concurrency: int
+
+    def seconds(self, model: EstimateModel) -> float:
+        """`ceil(requests / concurrency)` rounds of one request and its tokens."""
+        return _rounds(self.requests, self.concurrency) * (model.request_s + self.tokens * model.token_s)
+
+
+def parity_phases(config: CanaryConfig, pd: bool, own_reference: bool, prompts: int) -> list[RequestPhase]:
+    """The parity check's generation requests on one cell (canary/checks/parity.py), from
+    `checks.parity`: the control's reference, null arm and evidence twins (an aggregated cell, or a
+    P/D cell without a planned control: `own_reference`), and a P/D cell's generations and
+    re-scorings. `prompts`: parity_prompt_count(config). The /tokenize requests are not phases
+    (no model work): 2 per prompt, EstimateModel.tokenize_s each."""
+    settings = config.checks.parity
+    tokens, wave = settings.max_tokens, settings.null_concurrency
+    phases: list[RequestPhase] = []
+    if not pd or own_reference:
+        phases += [
+            RequestPhase("reference (prefix-cache miss, one at a time)", prompts, tokens, 1),
+            RequestPhase("null arm (again, in a concurrent wave)", prompts, tokens, wave),
+            RequestPhase("altered-first-block twins", prompts, min(tokens, settings.dependence_tokens), wave),
+            RequestPhase("null arm (teacher-forced re-scoring)", prompts, 1, wave),
+        ]
+    if pd:
+        phases += [
+            RequestPhase("P/D generations through the router", prompts, tokens, wave),
+            RequestPhase("teacher-forced re-scoring on the prefill server", prompts, 1, wave),
+        ]
+    return phases
+
+
+def parity_seconds(
+    config: CanaryConfig, pd: bool, own_reference: bool, prompts: int, model: EstimateModel = DEFAULT_MODEL
+) -> float:
+    """Estimated seconds of the parity check on one cell (parity_phases plus the /tokenize requests)."""
+    phases = parity_phases(config, pd, own_reference, prompts)
+    return 2 * prompts * model.tokenize_s + sum(phase.seconds(model) for phase in phases)
+
+
 def check_seconds(
-    cell: Cell, config: CanaryConfig, model: EstimateModel = DEFAULT_MODEL, parity_prompts: int | None = None
+    cell: Cell,
+    config: CanaryConfig,
+    model: EstimateModel = DEFAULT_MODEL,
+    parity_prompts: int | None = None,
+    own_reference: bool = False,
 ) -> dict[str, float]:
     """Estimated seconds of each enabled check of a started cell (startup's wait is the wave's).
-    `parity_prompts`: parity_prompt_count(config), when the caller has it already."""
+    `parity_prompts`: parity_prompt_count(config), when the caller has it already; `own_reference`:
+    a P/D cell without a planned aggregated control (its parity measures the reference itself)."""
     checks = config.checks
     pd = cell.topology == "pd-nixl"
     per_token, per_request = model.token_s, model.request_s
@@ -111,7 +173,7 @@ def check_seconds(
         out["kv_transfer"] = checks.kv_transfer.probe_requests * (per_request + 4 * per_token)
     if checks.parity.enabled:
         prompts = parity_prompt_count(config) if parity_prompts is None else parity_prompts
-        out["parity"] = prompts * (per_request + checks.parity.max_tokens * per_token)
+        out["parity"] = parity_seconds(config, pd, own_reference, prompts, model)
     if checks.accuracy.enabled:
         accuracy = checks.accuracy
         rounds = _rounds(accuracy.limit, accuracy.num_concurrent)
@@ -128,10 +190,23 @@ def check_seconds(
 
 
 def cell_check_seconds(
-    cell: Cell, config: CanaryConfig, model: EstimateModel = DEFAULT_MODEL, parity_prompts: int | None = None
+    cell: Cell,
+    config: CanaryConfig,
+    model: EstimateModel = DEFAULT_MODEL,
+    parity_prompts: int | None = None,
+    own_reference: bool = False,
 ) -> float:
-    """All checks of one cell, seconds."""
-    return sum(check_seconds(cell, config, model, parity_prompts).values())
+    """All checks of one cell, seconds (arguments: check_seconds)."""
+    return sum(check_seconds(cell, config, model, parity_prompts, own_reference).values())
+
+
+def checks_by_cell(
+    cells: Sequence[Cell], planned: Sequence[Cell], config: CanaryConfig, model: EstimateModel = DEFAULT_MODEL
+) -> dict[str, float]:
+    """Cell id -> seconds of its checks; a P/D cell whose aggregated control is not in `planned`
+    measures its parity reference itself."""
+    prompts = parity_prompt_count(config) if config.checks.parity.enabled else 0
+    return {c.id: cell_check_seconds(c, config, model, prompts, control_of(c, planned) is None) for c in cells}
 
 
 # --------------------------------------------------------------------------- waves
@@ -202,8 +277,7 @@ def pack(
     `check_s` (cell id -> seconds of its checks) saves recomputing them."""
     settings = config.target.kubernetes
     if check_s is None:
-        prompts = parity_prompt_count(config) if config.checks.parity.enabled else 0
-        check_s = {c.id: cell_check_seconds(c, config, model, prompts) for c in cells}
+        check_s = checks_by_cell(cells, cells, config, model)
     waves: list[list[Cell]] = []
     used = 0
     for cell in cells:
@@ -298,8 +372,7 @@ def select_night(
     deadline = settings.job_deadline_s
     window = deadline * model.fill_ratio
     gpus = {c.id: gpus_per_cell(c, config) for c in planned}
-    prompts = parity_prompt_count(config) if config.checks.parity.enabled else 0
-    check_s = {c.id: cell_check_seconds(c, config, model, prompts) for c in planned}
+    check_s = checks_by_cell(planned, planned, config, model)
 
     def schedule(cells: Sequence[Cell]) -> Schedule:
         chosen = {c.id for c in cells}

@@ -27,6 +27,7 @@ import json
 import urllib.request
 from dataclasses import asdict, dataclass
 
+from canary import metric_keys as keys
 from canary import promtext
 from canary.checks.base import CheckContext, before_checks, register
 from canary.checks.layout import judge_transfers
@@ -142,6 +143,19 @@ def judge(delta: KvCounters, min_bytes: int, max_recompute_share: float) -> list
     ]
 
 
+def transfer_metrics(delta: KvCounters, probes_ok: float) -> dict[str, float]:
+    """The check's numbers from the decode counters' growth during the checks."""
+    return {
+        keys.NIXL_BYTES_TRANSFERRED: delta.bytes_transferred,
+        "nixl_transfers": delta.transfers,
+        keys.NIXL_FAILED_TRANSFERS: delta.failed_transfers,
+        "decode_prompt_tokens": delta.prompt_tokens,
+        keys.DECODE_RECOMPUTED_TOKEN_SHARE: round(recompute_share(delta), 4),
+        "decode_requests": delta.requests,
+        "probe_requests_ok": float(probes_ok),
+    }
+
+
 @register("kv_transfer")
 def kv_transfer_check(ctx: CheckContext) -> CheckResult:
     """Prove KV moved from prefill to decode during the checks (P/D cells)."""
@@ -170,16 +184,7 @@ def kv_transfer_check(ctx: CheckContext) -> CheckResult:
     if ctx.config.checks.startup.layout_probe:
         gates += layout.gates
     failed = [g for g in gates if not g.passed]
-    share = recompute_share(delta)
-    metrics = {
-        "nixl_bytes_transferred": delta.bytes_transferred,
-        "nixl_transfers": delta.transfers,
-        "nixl_failed_transfers": delta.failed_transfers,
-        "decode_prompt_tokens": delta.prompt_tokens,
-        "decode_recomputed_token_share": round(share, 4),
-        "decode_requests": delta.requests,
-        "probe_requests_ok": float(probes_ok),
-    }
+    metrics = transfer_metrics(delta, probes_ok)
     summary = (
         "; ".join(g.detail for g in failed)
         if failed

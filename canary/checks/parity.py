@@ -40,9 +40,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from canary import metric_keys as keys
 from canary.checks.base import CheckContext, register
 from canary.checks.parity_client import ParityError, generate, rescore, tokenize
 from canary.checks.parity_drift import judge_drift
+from canary.checks.parity_metrics import evidence_metrics, pd_metrics, reference_metrics
 from canary.checks.parity_prompts import (
     ParityPrompt,
     PromptError,
@@ -147,7 +149,7 @@ def _invalid(refs: Sequence[Reference], settings: ParityCheckConfig, evidence: d
             f"inconclusive: only {kept}/{len(refs)} prompts have outputs that depend on their first block "
             f"(need {settings.min_evidence_prompts}); {rejected[0] if rejected else ''}"
         ),
-        metrics={"parity_evidence_prompts": float(kept), "parity_prompts": float(len(refs))},
+        metrics=evidence_metrics(refs),
         evidence=evidence,
     )
 
@@ -189,13 +191,7 @@ def _reference_result(
         f"{kept} evidence; null floor: KL {floors['kl']:.3g}, |dlogprob| {floors['abs_dlp']:.3g}, "
         f"{floors['token_flips']:.0f} token flips"
     )
-    metrics = {
-        "parity_prompts": float(len(refs)),
-        "parity_evidence_prompts": float(kept),
-        "parity_null_kl_max": floors["kl"],
-        "parity_null_abs_dlogprob_max": floors["abs_dlp"],
-        "parity_null_token_flips": floors["token_flips"],
-    }
+    metrics = reference_metrics(refs, floors)
     gates: list[Gate] = []
     baseline = ctx.baseline_for()
     recorded = None if baseline is None else baseline.check("parity")
@@ -206,9 +202,9 @@ def _reference_result(
         evidence["drift"] = drift
         if not all(g.passed for g in gates):
             summary = (
-                f"drift vs the baseline image ({baseline.cell.id}): {drift_metrics['parity_drift_token_flips']:.0f}/"
-                f"{drift_metrics['parity_drift_prompts']:.0f} prompts change greedy tokens, KL max "
-                f"{drift_metrics['parity_drift_kl_max']:.3g} (null floor {floors['kl']:.3g}); " + summary
+                f"drift vs the baseline image ({baseline.cell.id}): {drift_metrics[keys.PARITY_DRIFT_TOKEN_FLIPS]:.0f}/"
+                f"{drift_metrics[keys.PARITY_DRIFT_PROMPTS]:.0f} prompts change greedy tokens, KL max "
+                f"{drift_metrics[keys.PARITY_DRIFT_KL_MAX]:.3g} (null floor {floors['kl']:.3g}); " + summary
             )
     return CheckResult(
         name="parity",
@@ -367,8 +363,6 @@ def judge_pd(
     diagnosis = diagnose(failing, passing, smallest)
     evidence["diagnosis"] = diagnosis
     passed = all(g.passed for g in gates)
-    matched = sum(g.first_token_diff is None for _, _, g, _ in used)
-    first_diffs = [g.first_token_diff for _, _, g, _ in used if g.first_token_diff is not None]
     failed = [g.name for g in gates if not g.passed]
     summary = (
         f"{len(used)} evidence prompts vs {source}: {tokens.detail()}"
@@ -379,18 +373,14 @@ def judge_pd(
         name="parity",
         verdict="pass" if passed else "fail",
         summary=summary,
-        metrics={
-            "parity_match_rate": round(matched / len(used), 4) if used else 0.0,
-            "parity_first_diff_min": float(min(first_diffs, default=settings.max_tokens)),
-            "parity_prompts": float(len(used)),
-            "parity_evidence_prompts": float(len(used)),
-            "parity_kl_max": max((f.max_kl for *_, f in used), default=0.0),
-            "parity_abs_dlogprob_max": max((f.max_abs_dlp for *_, f in used), default=0.0),
-            "parity_top1_agree_min": min((1.0 - f.top1_disagree for *_, f in used), default=1.0),
-            "parity_null_kl_max": max((f.max_kl for f in forced_null), default=0.0),
-            "parity_null_abs_dlogprob_max": max((f.max_abs_dlp for f in forced_null), default=0.0),
-            "parity_failing_prompts": float(len(failing)),
-        },
+        metrics=pd_metrics(
+            refs,
+            [(g, f) for _, _, g, f in used],
+            forced_null,
+            dict(floors),
+            (failing, passing, smallest),
+            settings.max_tokens,
+        ),
         gates=gates,
         evidence=evidence,
     )

@@ -6,7 +6,8 @@ on the same prompts in the same run. The candidate's generations are compared wi
 flips against both images' null flips (Fisher, token-exact when neither image's null arm flips) and
 the top-k KL against both null arms' largest value (exact on a zero floor, binomial otherwise). A
 failing gate is drift: the images' numerics differ beyond their own noise; its size (flipped
-prompts, largest KL, first differing position) is in the metrics and the evidence.
+prompts, largest KL and its multiple of the gate's threshold, first differing position, failed
+gates) is in the metrics (canary.metric_keys, exported) and the evidence.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from canary import metric_keys as k
+from canary.checks.parity_metrics import over_floor
 from canary.checks.parity_reference import GEN_NULL_ARMS, Reference
 from canary.config import ParityCheckConfig
 from canary.fidelity import compare
@@ -59,12 +62,15 @@ def judge_drift(
         ),
     ]
     first = [d.first_token_diff for d in diffs if d.first_token_diff is not None]
+    kl_max = max((d.max_kl for d in diffs), default=0.0)
     metrics = {
-        "parity_drift_prompts": float(len(pairs)),
-        "parity_drift_token_flips": float(tokens.pd_diff),
-        "parity_drift_kl_max": max((d.max_kl for d in diffs), default=0.0),
-        "parity_drift_abs_dlogprob_max": max((d.max_abs_dlp for d in diffs), default=0.0),
-        "parity_drift_first_diff_min": float(min(first, default=settings.max_tokens)),
+        k.PARITY_DRIFT_PROMPTS: float(len(pairs)),
+        k.PARITY_DRIFT_TOKEN_FLIPS: float(tokens.pd_diff),
+        k.PARITY_DRIFT_KL_MAX: kl_max,
+        k.PARITY_DRIFT_ABS_DLOGPROB_MAX: max((d.max_abs_dlp for d in diffs), default=0.0),
+        k.PARITY_DRIFT_FIRST_DIFF_MIN: float(min(first, default=settings.max_tokens)),
+        k.PARITY_DRIFT_KL_OVER_FLOOR: over_floor(kl_max, kl.threshold),
+        k.PARITY_DRIFT_FAILED_GATES: float(sum(not g.passed for g in gates)),
     }
     evidence = {
         "baseline_cell": baseline_id,

@@ -31,9 +31,9 @@ from pathlib import Path
 from canary.checks.parity_text import PARAGRAPHS
 from canary.config import CanaryConfig
 from canary.errors import CanaryError
-from canary.gsm8k import model_dir_of
 from canary.matrix import plan
 from canary.model.dataset import DatasetSpec, Problem, generate_splits, read_jsonl
+from canary.model.ref import is_builtin, local_model_dir
 
 STRIDE = 37
 """Items between the first items of consecutive prompts (distinct first blocks)."""
@@ -100,7 +100,7 @@ def source_items(config: CanaryConfig, model_source: str) -> tuple[list[str], st
     dataset = config.checks.accuracy.dataset
     path: Path | None = None
     if dataset.source == "builtin":
-        model_dir = model_dir_of(model_source)
+        model_dir = local_model_dir(model_source)
         path = None if model_dir is None else model_dir / "data" / "test.jsonl"
     elif dataset.source == "local":
         if dataset.path is not None and (Path(dataset.path) / "test.jsonl").is_file():
@@ -130,10 +130,8 @@ def source_items(config: CanaryConfig, model_source: str) -> tuple[list[str], st
 
 def project_model(model_source: str) -> bool:
     """A model this project built (`make model`): builtin:NAME, or a directory with canary-model.json."""
-    model_dir = model_dir_of(model_source)
-    return model_source.startswith("builtin:") or (
-        model_dir is not None and (model_dir / "canary-model.json").is_file()
-    )
+    model_dir = local_model_dir(model_source)
+    return is_builtin(model_source) or (model_dir is not None and (model_dir / "canary-model.json").is_file())
 
 
 def item_text(problem: Problem) -> str:

@@ -35,11 +35,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from canary import metric_keys as keys
+from canary.cell import Cell
 from canary.checks import startup_phases
 from canary.checks.base import CheckContext, register
 from canary.checks.layout import judge_layouts
 from canary.errors import CanaryError
-from canary.matrix import Cell
 from canary.promtext import Sample, first, scrape
 from canary.results import CheckResult, Gate
 from canary.signatures import classify
@@ -283,7 +284,7 @@ def _ready_metrics(deployment: Deployment) -> dict[str, float]:
         if server.ready_seconds is not None
     }
     if deployment.ready_seconds is not None:
-        metrics["ready_s_total"] = float(deployment.ready_seconds)
+        metrics[keys.READY_S_TOTAL] = float(deployment.ready_seconds)
     return metrics
 
 

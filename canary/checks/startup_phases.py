@@ -14,8 +14,11 @@ process and the time it saw the server ready, the milestones split the start int
   readiness           `Starting vLLM server on` -> the canary's probe saw /health and the model
 
 Phases whose milestones are missing are left out (and listed), never guessed; stamped phases carry
-+-1 s. The canary's own parts are the readiness probe (its interval) and whatever the engine's
-sitecustomize adds to the imports (canary/targets/engine_site).
++-1 s. Stamps are read in the canary's time zone; a log whose stamps fall outside launch..ready
+(another zone) keeps only its unstamped phases. On Kubernetes the launch is the pod's creation, so
+`python_imports` also holds scheduling, the image pull and the container start. The canary's own
+parts are the readiness probe (its interval) and whatever the engine's sitecustomize adds to the
+imports (canary/targets/engine_site).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ INIT_DONE = re.compile(r"init engine \(profile, create kv cache, warmup model\) 
 WEIGHTS = re.compile(r"(?:Loading weights took ([0-9.]+) seconds|Model loading took .*? and ([0-9.]+) seconds)")
 SERVING = "Starting vLLM server on"
 RESOLUTION_S = 1.0
+CLOCK_SLACK_S = 5.0
+"""A stamp this far before the launch or after the ready time means another clock (time zone)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,10 @@ def phases(log_text: str, launched_at: float, ready_seconds: float) -> dict[str,
     marks = milestones(log_text, launched_at)
     ready_at = launched_at + ready_seconds
     out: dict[str, float] = {}
+    stamped = [t for t in (marks.first_line, marks.engine_core, marks.init_done, marks.serving) if t is not None]
+    if any(t < launched_at - CLOCK_SLACK_S or t > ready_at + CLOCK_SLACK_S for t in stamped):
+        # the log's clock (its time zone) is not the launcher's: no stamped phase can be trusted
+        marks = Milestones(init_took_s=marks.init_took_s, weights_took_s=marks.weights_took_s)
 
     def span(name: str, start: float | None, end: float | None) -> None:
         if start is not None and end is not None:

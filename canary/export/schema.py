@@ -8,7 +8,7 @@ All metrics are gauges: a run is a snapshot, and the whole run replaces the prev
 
 Labels
 ------
-Cell metrics carry the cell's coordinates (``CELL_LABELS``), taken from ``canary.matrix.Cell``:
+Cell metrics carry the cell's coordinates (``CELL_LABELS``), taken from ``canary.cell.Cell``:
 
 ==================  ==========================================================================
 label               value
@@ -36,17 +36,20 @@ silently override them).
 Cardinality
 -----------
 Bounded by the config, never by time: there is no run id, timestamp, URL or free text in any
-label. A run exposes at most ``SERIES_PER_CELL`` (54) series per cell plus ~15 run series: the
-CPU default (9 cells) < 450 series, a 500-cell GPU matrix < 25k. Every push replaces the whole
+label (the parity metrics are per cell: no prompt text, length or fingerprint in any label). A run
+exposes at most ``SERIES_PER_CELL`` (76) series per cell plus ~15 run series: the CPU default
+(9 cells) < 700 series, a 500-cell GPU matrix < 40k (a cell has only its topology's share: P/D
+cells no drift series, aggregated cells no P/D fidelity series). Every push replaces the whole
 group, so series of cells no longer in the matrix disappear with the next run. ``verdict`` and
 ``failure_class`` series exist only for the current value (one series per cell), so a change of
 verdict does not leave a second live series behind.
 
 Where the numbers come from
 ---------------------------
-Check results carry numbers in ``CheckResult.metrics`` under the keys of ``CHECK_METRIC_KEYS``
-(unit in the key: ``_s`` seconds, ``_per_s`` per second, ratios in 0..1, bytes as counts). A key
-that a check does not report produces no series; a NaN or infinite value produces none either.
+Check results carry numbers in ``CheckResult.metrics`` under the keys of ``CHECK_METRIC_KEYS``:
+constants of ``canary.metric_keys``, which the checks write with (unit in the key: ``_s`` seconds,
+``_per_s`` per second, ratios in 0..1, bytes as counts; KL and logprobs in nats). A key that a
+check does not report produces no series; a NaN or infinite value produces none either.
 """
 
 from __future__ import annotations
@@ -60,9 +63,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from canary import metric_keys as k
 from canary import verdicts
+from canary.cell import Cell
 from canary.history.tracked import TRACKED, TRACKED_CHECK
-from canary.matrix import Cell
 from canary.results import LATENCIES as LATENCIES
 from canary.results import CellResult, CheckResult, RunResult
 
@@ -194,7 +198,102 @@ ACCURACY_PAIRED_P = _cell(
 )
 ACCURACY_QUESTIONS = _cell("gsm8k_questions", "GSM8K questions evaluated (early stop may end before the limit).")
 PARITY = _cell(
-    "parity_match_ratio", "Greedy token parity of the cell against its aggregated control (1 = identical).", "ratio"
+    "parity_match_ratio",
+    "Share of a P/D cell's evidence prompts whose greedy tokens equal its aggregated control's (1 = identical).",
+    "ratio",
+)
+# KV fidelity (canary/checks/parity.py, README "Parity: KV fidelity against the engine's own noise"):
+# per cell, never per prompt (prompt ids and text stay in results.json).
+PARITY_KL_MAX = _cell(
+    "parity_kl_max_nats",
+    "Largest per-position top-k KL estimate of a P/D cell's output under its control (teacher-forced), in nats.",
+    "nats",
+)
+PARITY_KL_MEAN = _cell(
+    "parity_kl_mean_nats",
+    "Mean per-position top-k KL estimate of a P/D cell's output under its control over every evidence prompt.",
+    "nats",
+)
+PARITY_ABS_DLOGPROB_MAX = _cell(
+    "parity_abs_dlogprob_max_nats",
+    "Largest absolute logprob difference of a P/D cell's generated token between the P/D cell and its control.",
+    "nats",
+)
+PARITY_TOP1_AGREE_MIN = _cell(
+    "parity_top1_agreement_min_ratio",
+    "Lowest share, over a P/D cell's evidence prompts, of output positions whose argmax agrees with the control's.",
+    "ratio",
+)
+PARITY_NULL_KL_MAX = _cell(
+    "parity_null_kl_max_nats",
+    "Noise floor: largest KL of the control against itself (another batch composition, a prefix-cache hit, "
+    "teacher-forced scoring) that the cell's gates compare with.",
+    "nats",
+)
+PARITY_NULL_ABS_DLOGPROB_MAX = _cell(
+    "parity_null_abs_dlogprob_max_nats",
+    "Noise floor: largest absolute logprob difference of the control against itself.",
+    "nats",
+)
+PARITY_NULL_TOKEN_FLIPS = _cell(
+    "parity_null_token_flips", "Noise floor: null comparisons of an aggregated control whose greedy tokens differ."
+)
+PARITY_KL_OVER_FLOOR = _cell(
+    "parity_kl_over_floor",
+    "A P/D cell's largest KL as a multiple of its gate's threshold (margin x null floor + tolerance): above 1, "
+    "a prompt exceeds the engine's own noise.",
+)
+PARITY_ABS_DLOGPROB_OVER_FLOOR = _cell(
+    "parity_abs_dlogprob_over_floor",
+    "A P/D cell's largest absolute logprob difference as a multiple of its gate's threshold (above 1: beyond "
+    "the noise).",
+)
+PARITY_FAILING_PROMPTS = _cell("parity_failing_prompts", "Evidence prompts of a P/D cell beyond the noise floor.")
+PARITY_FIRST_DIVERGENT_BLOCK = _cell(
+    "parity_first_divergent_block",
+    "The earliest KV block (1-based, in blocks of the cell's smaller logical block size) a P/D cell's divergence "
+    "can start at, from the prompt lengths that match and fail; only when they fail in a block-position pattern.",
+)
+PARITY_FIRST_DIFF = _cell(
+    "parity_first_diff_position",
+    "Earliest output position whose greedy token differs from the control's (max_tokens when none does).",
+)
+PARITY_PROMPTS = _cell("parity_prompts", "Parity prompts measured, evidence or not.")
+PARITY_EVIDENCE_PROMPTS = _cell(
+    "parity_evidence_prompts", "Parity prompts whose output depends on their first block: the evidence."
+)
+PARITY_REJECTED_PROMPTS = _cell(
+    "parity_rejected_prompts",
+    "Parity prompts rejected as evidence (altering their first block changed nothing beyond the noise).",
+)
+PARITY_DRIFT_PROMPTS = _cell(
+    "parity_drift_prompts", "Prompts a candidate image's control compared with the same cell on the baseline image."
+)
+PARITY_DRIFT_TOKEN_FLIPS = _cell(
+    "parity_drift_token_flips", "Prompts whose greedy tokens on the candidate image differ from the baseline image's."
+)
+PARITY_DRIFT_KL_MAX = _cell(
+    "parity_drift_kl_max_nats",
+    "Largest per-position KL estimate of a candidate image's control against the baseline image's.",
+    "nats",
+)
+PARITY_DRIFT_ABS_DLOGPROB_MAX = _cell(
+    "parity_drift_abs_dlogprob_max_nats",
+    "Largest absolute logprob difference of a candidate image's control against the baseline image's.",
+    "nats",
+)
+PARITY_DRIFT_FIRST_DIFF = _cell(
+    "parity_drift_first_diff_position",
+    "Earliest output position that differs between the candidate and the baseline image (max_tokens: none).",
+)
+PARITY_DRIFT_KL_OVER_FLOOR = _cell(
+    "parity_drift_kl_over_floor",
+    "A candidate image's largest drift KL as a multiple of the drift gate's threshold (margin x both images' "
+    "null floor + tolerance).",
+)
+PARITY_DRIFT_FAILED_GATES = _cell(
+    "parity_drift_failed_gates",
+    "Drift gates of a candidate image's control that failed against the baseline image (0: within the noise).",
 )
 NIXL_BYTES = _cell(
     "nixl_transferred_bytes", "KV-cache bytes NIXL moved from prefill to decode during the checks.", "bytes"
@@ -242,27 +341,54 @@ IMAGE_INFO = MetricSpec(
     PREFIX + "image_info", '1 per image of the last run; baseline="true" marks the baseline image.', "", IMAGE_LABELS
 )
 
-# CheckResult.metrics keys -> metrics. Checks report these keys (unit in the key).
+# The parity check's numbers (canary/checks/parity_metrics.py, parity_drift.py), every one exported.
+PARITY_METRICS: tuple[tuple[MetricSpec, str], ...] = (
+    (PARITY, k.PARITY_MATCH_RATE),
+    (PARITY_KL_MAX, k.PARITY_KL_MAX),
+    (PARITY_KL_MEAN, k.PARITY_KL_MEAN),
+    (PARITY_ABS_DLOGPROB_MAX, k.PARITY_ABS_DLOGPROB_MAX),
+    (PARITY_TOP1_AGREE_MIN, k.PARITY_TOP1_AGREE_MIN),
+    (PARITY_NULL_KL_MAX, k.PARITY_NULL_KL_MAX),
+    (PARITY_NULL_ABS_DLOGPROB_MAX, k.PARITY_NULL_ABS_DLOGPROB_MAX),
+    (PARITY_NULL_TOKEN_FLIPS, k.PARITY_NULL_TOKEN_FLIPS),
+    (PARITY_KL_OVER_FLOOR, k.PARITY_KL_OVER_FLOOR),
+    (PARITY_ABS_DLOGPROB_OVER_FLOOR, k.PARITY_ABS_DLOGPROB_OVER_FLOOR),
+    (PARITY_FAILING_PROMPTS, k.PARITY_FAILING_PROMPTS),
+    (PARITY_FIRST_DIVERGENT_BLOCK, k.PARITY_FIRST_DIVERGENT_BLOCK),
+    (PARITY_FIRST_DIFF, k.PARITY_FIRST_DIFF_MIN),
+    (PARITY_PROMPTS, k.PARITY_PROMPTS),
+    (PARITY_EVIDENCE_PROMPTS, k.PARITY_EVIDENCE_PROMPTS),
+    (PARITY_REJECTED_PROMPTS, k.PARITY_REJECTED_PROMPTS),
+    (PARITY_DRIFT_PROMPTS, k.PARITY_DRIFT_PROMPTS),
+    (PARITY_DRIFT_TOKEN_FLIPS, k.PARITY_DRIFT_TOKEN_FLIPS),
+    (PARITY_DRIFT_KL_MAX, k.PARITY_DRIFT_KL_MAX),
+    (PARITY_DRIFT_ABS_DLOGPROB_MAX, k.PARITY_DRIFT_ABS_DLOGPROB_MAX),
+    (PARITY_DRIFT_FIRST_DIFF, k.PARITY_DRIFT_FIRST_DIFF_MIN),
+    (PARITY_DRIFT_KL_OVER_FLOOR, k.PARITY_DRIFT_KL_OVER_FLOOR),
+    (PARITY_DRIFT_FAILED_GATES, k.PARITY_DRIFT_FAILED_GATES),
+)
+
+# CheckResult.metrics keys (constants of canary.metric_keys, which the checks write) -> metrics.
 CHECK_METRICS: tuple[CheckMetric, ...] = (
-    CheckMetric(STARTUP_SECONDS, "startup", "ready_s_total"),
-    CheckMetric(REQUESTS_PER_S, "throughput", "requests_per_s"),
-    CheckMetric(OUTPUT_TOKENS_PER_S, "throughput", "output_tokens_per_s"),
-    CheckMetric(GOODPUT_PER_S, "throughput", "goodput_requests_per_s"),
+    CheckMetric(STARTUP_SECONDS, "startup", k.READY_S_TOTAL),
+    CheckMetric(REQUESTS_PER_S, "throughput", k.REQUESTS_PER_S),
+    CheckMetric(OUTPUT_TOKENS_PER_S, "throughput", k.OUTPUT_TOKENS_PER_S),
+    CheckMetric(GOODPUT_PER_S, "throughput", k.GOODPUT_REQUESTS_PER_S),
     *(
-        CheckMetric(LATENCY[kind], "throughput", f"{kind}_{pct}_s", (("percentile", pct),))
+        CheckMetric(LATENCY[kind], "throughput", k.latency_key(kind, pct), (("percentile", pct),))
         for kind in LATENCIES
         for pct in PERCENTILES
     ),
-    CheckMetric(ACCURACY, "accuracy", "accuracy"),
-    CheckMetric(ACCURACY_LOW, "accuracy", "accuracy_wilson_low"),
-    CheckMetric(ACCURACY_HIGH, "accuracy", "accuracy_wilson_high"),
-    CheckMetric(ACCURACY_THRESHOLD, "accuracy", "accuracy_threshold"),
-    CheckMetric(ACCURACY_QUESTIONS, "accuracy", "questions"),
-    CheckMetric(ACCURACY_PAIRED_P, "accuracy", "mcnemar_p_value"),
-    CheckMetric(PARITY, "parity", "parity_match_rate"),
-    CheckMetric(NIXL_BYTES, "kv_transfer", "nixl_bytes_transferred"),
-    CheckMetric(NIXL_FAILED, "kv_transfer", "nixl_failed_transfers"),
-    CheckMetric(DECODE_RECOMPUTED, "kv_transfer", "decode_recomputed_token_share"),
+    CheckMetric(ACCURACY, "accuracy", k.ACCURACY),
+    CheckMetric(ACCURACY_LOW, "accuracy", k.ACCURACY_WILSON_LOW),
+    CheckMetric(ACCURACY_HIGH, "accuracy", k.ACCURACY_WILSON_HIGH),
+    CheckMetric(ACCURACY_THRESHOLD, "accuracy", k.ACCURACY_THRESHOLD),
+    CheckMetric(ACCURACY_QUESTIONS, "accuracy", k.QUESTIONS),
+    CheckMetric(ACCURACY_PAIRED_P, "accuracy", k.MCNEMAR_P_VALUE),
+    *(CheckMetric(spec, "parity", key) for spec, key in PARITY_METRICS),
+    CheckMetric(NIXL_BYTES, "kv_transfer", k.NIXL_BYTES_TRANSFERRED),
+    CheckMetric(NIXL_FAILED, "kv_transfer", k.NIXL_FAILED_TRANSFERS),
+    CheckMetric(DECODE_RECOMPUTED, "kv_transfer", k.DECODE_RECOMPUTED_TOKEN_SHARE),
     *(CheckMetric(HISTORY_CHANGE_WORSE, TRACKED_CHECK, key, (("metric", metric),)) for metric, key in TRACKED.items()),
 )
 # The contract with the checks: check name -> the CheckResult.metrics keys the exporters read.

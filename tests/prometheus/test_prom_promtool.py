@@ -13,7 +13,7 @@ from promhelpers import RULES, binary, dashboard_queries, interpolate
 from canary import dashboards
 from canary.export.schema import exposition
 from canary.paths import REPO_ROOT
-from canary.report.sample import sample_run
+from tests.support.sample import sample_run
 
 ALERT_TESTS = sorted((REPO_ROOT / "configs" / "alerts" / "tests").glob("*.yaml"))
 

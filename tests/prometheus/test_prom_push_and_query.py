@@ -31,9 +31,9 @@ from promhelpers import (
 from canary.export import export_run
 from canary.export import schema as s
 from canary.history.tracked import TRACKED
-from canary.report.sample import sample_run
 from canary.results import CellResult, RunResult
 from canary.verdicts import DEFINITIVE_FAILURES
+from tests.support.sample import sample_run, with_drift
 
 pytestmark = pytest.mark.prometheus
 
@@ -175,6 +175,20 @@ def _expected_alerts(run: RunResult) -> dict[str, set[str]]:
             i for i in ids if (b := metric(i, "kv_transfer", "nixl_bytes_transferred")) is not None and b < 1
         },
         "CanaryStale": set(),
+        # P/D cells whose parity failed with prompts beyond the null arm's floor.
+        "CanaryKVFidelityBreach": {
+            c.cell.id
+            for c in run.cells
+            if c.cell.topology == "pd-nixl"
+            and (p := c.check("parity")) is not None
+            and p.verdict == "fail"
+            and p.metrics.get("parity_failing_prompts", 0) > 0
+        },
+        # Candidate controls whose drift gates against the baseline image failed (none in the sample:
+        # test_a_drifting_candidate_image_alerts pushes one).
+        "CanaryImageDrift": {
+            i for i in ids if (g := metric(i, "parity", "parity_drift_failed_gates")) is not None and g > 0
+        },
         # The run history's recent worse change points, handed to the exporters in the throughput metrics.
         "CanaryHistoryChangePoint": {
             i for i in ids for key in TRACKED.values() if (v := metric(i, "throughput", key)) is not None and v > 0
@@ -192,10 +206,20 @@ def test_every_alert_expression_returns_exactly_the_cells_it_should(prom_stack: 
     rules = _rules()
     assert set(rules) == set(expected)
     for name, cells in expected.items():
-        if name not in ("CanaryStale", "CanaryRunInconclusive"):  # those: their own tests
+        if name not in ("CanaryStale", "CanaryRunInconclusive", "CanaryImageDrift"):  # those: their own tests
             assert cells, f"the sample run does not exercise {name}"
         result = [r for r in prom_stack.query(rules[name]) if r["metric"].get("scope") == pushed.scope]
         assert {r["metric"].get("cell", "") for r in result} == cells, name
+
+
+def test_a_drifting_candidate_image_alerts(prom_stack: PromStack, pushed: Pushed, tmp_path: Path) -> None:
+    drifting = "agg.cpu_attn.b128.auto.v1.candidate"
+    run = with_drift(sample_run(run_id="20261130T030000Z-cpu-default-2"), drifting)
+    drift = push(prom_stack, tmp_path, "it-drift", run)
+    assert _expected_alerts(drift.run)["CanaryImageDrift"] == {drifting}
+    result = [r for r in prom_stack.query(_rules()["CanaryImageDrift"]) if r["metric"]["scope"] == drift.scope]
+    assert [(r["metric"]["cell"], _value(r)) for r in result] == [(drifting, 2.0)]
+    assert not [r for r in prom_stack.query(_rules()["CanaryImageDrift"]) if r["metric"]["scope"] == pushed.scope]
 
 
 def test_stale_alert_names_a_canary_without_a_recent_run(prom_stack: PromStack, pushed: Pushed, tmp_path: Path) -> None:

@@ -21,7 +21,8 @@ from canary.checks.parity import judge_pd
 from canary.checks.parity_drift import judge_drift
 from canary.checks.parity_prompts import ParityPrompt, build_prompts, prompt_lengths
 from canary.checks.parity_reference import GEN_NULL_ARMS, Reference, judge_evidence, reference_from_evidence
-from canary.config import ParityCheckConfig, validate_config
+from canary.config import ParityCheckConfig
+from canary.config_load import validate_config
 from canary.fidelity import (
     FidelityError,
     Position,

@@ -59,3 +59,10 @@ def test_stamps_without_a_year_take_the_year_nearest_the_launch() -> None:
     new_year_launch = datetime(2027, 1, 1, 0, 0, 5).timestamp()
     marks = milestones(_log(year_end=True), new_year_launch)
     assert marks.first_line == datetime(2026, 12, 31, 23, 59, 56).timestamp()
+
+
+def test_stamps_from_another_clock_keep_only_the_unstamped_phases() -> None:
+    two_hours_later = LAUNCH + 7200  # the log written in another time zone than the launcher's
+    record = phases(_log(), two_hours_later, ready_seconds=31.0)
+    assert record["seconds"] == {"engine_init": 0.59, "model_load": 0.01}
+    assert "python_imports" in record["missing"]
