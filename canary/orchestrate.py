@@ -11,6 +11,7 @@ from rich.console import Console
 from canary.config import CanaryConfig
 from canary.matrix import Plan
 from canary.report import point_latest, write_all
+from canary.report.trends import Trends, load_trends
 from canary.results import RunResult
 from canary.runner import execute, new_run_id
 from canary.targets import create_target
@@ -28,11 +29,14 @@ RUN_TEXTFILE_NAME = "canary.prom"
 """The run's Prometheus textfile, written beside its reports."""
 
 
-def write_results(run: RunResult, run_dir: Path, *, junit: bool = True, html: bool = True) -> list[Path]:
-    """Every result file of a run: the reports (results.json first) and the run's Prometheus textfile."""
+def write_results(
+    run: RunResult, run_dir: Path, *, junit: bool = True, html: bool = True, trends: Trends | None = None
+) -> list[Path]:
+    """Every result file of a run: the reports (results.json first; the summaries compared with the
+    run history when trends are given) and the run's Prometheus textfile."""
     from canary.export.textfile import write_textfile
 
-    written = write_all(run, run_dir, junit=junit, html=html)
+    written = write_all(run, run_dir, junit=junit, html=html, trends=trends)
     written.append(write_textfile(run, run_dir / RUN_TEXTFILE_NAME))
     return written
 
@@ -55,7 +59,8 @@ def run_and_report(config: CanaryConfig, the_plan: Plan, *, config_path: str, co
         if not any(run_dir.iterdir()):
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
-    written = write_results(run, run_dir, junit=config.export.junit, html=config.export.html)
+    trends = load_trends(run, config.export.history, results_root)  # the runner recorded this run already
+    written = write_results(run, run_dir, junit=config.export.junit, html=config.export.html, trends=trends)
     point_latest(results_root, run_dir)
     console.print(render_grid(run))
     for line in export_run(run, config, run_dir):

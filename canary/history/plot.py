@@ -9,11 +9,12 @@ from html import escape
 
 from canary.history.findings import JUDGED, Finding
 from canary.history.store import Point
-from canary.report.svg import FONT
+from canary.report.svg import DATA_COLORS, FONT, NOT_TO_SCALE_STROKE
 
-LINE = "#1565c0"
-CHANGE = "#6a1b9a"
-UNJUDGED = "#9e9e9e"
+# data colours, never verdict colours (canary.report.svg.DATA_COLORS)
+LINE = DATA_COLORS[0]
+CHANGE = DATA_COLORS[3]
+UNJUDGED = NOT_TO_SCALE_STROKE
 
 
 def _nice_range(low: float, high: float) -> tuple[float, float]:

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from canary.atomic import write_atomic
 from canary.results import RunResult
+
+if TYPE_CHECKING:
+    from canary.report.trends import Trends
 
 
 def write_json(run: RunResult, run_dir: Path) -> Path:
@@ -29,11 +33,14 @@ def point_latest(results_root: Path, run_dir: Path) -> Path:
     return link
 
 
-def write_all(run: RunResult, run_dir: Path, *, junit: bool = True, html: bool = True) -> list[Path]:
+def write_all(
+    run: RunResult, run_dir: Path, *, junit: bool = True, html: bool = True, trends: Trends | None = None
+) -> list[Path]:
     """Write every report of a run; returns the paths written.
 
     results.json first (the source of truth; the others are views of it). junit/html follow the
-    config's export.junit / export.html.
+    config's export.junit / export.html. summary.md and summary.html compare the run with its
+    history when `trends` are given (canary.report.trends.load_trends), else say "no previous run".
     """
     from canary.report.html import write_html
     from canary.report.junit import write_junit
@@ -42,7 +49,7 @@ def write_all(run: RunResult, run_dir: Path, *, junit: bool = True, html: bool =
     written = [write_json(run, run_dir)]
     if junit:
         written.append(write_junit(run, run_dir))
-    written.append(write_markdown(run, run_dir))
+    written.append(write_markdown(run, run_dir, trends))
     if html:
-        written.append(write_html(run, run_dir))
+        written.append(write_html(run, run_dir, trends))
     return written

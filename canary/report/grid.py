@@ -6,9 +6,12 @@ only by model, KV-cache dtype or runner share a grid position; each entry says w
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from canary.results import LATENCIES, CellResult, CheckResult, RunResult
+from canary.verdicts import DEFINITIVE_FAILURES, INCONCLUSIVE_VERDICTS
 
 
 @dataclass
@@ -97,6 +100,8 @@ def fmt(value: float | None, unit: str = "", digits: int = 3) -> str:
         return f"{value * 100:.1f}%"
     if unit == "B":
         return human_bytes(value)
+    if abs(value) >= 10**digits:  # 1030, not 1.03e+03
+        return f"{value:.0f}"
     return f"{value:.{digits}g}"
 
 
@@ -118,6 +123,10 @@ class Column:
     check: str
     key: str
     unit: str = ""
+    """'s' seconds, '%' a fraction, 'B' bytes, ACCURACY the GSM8K accuracy with its interval and n."""
+
+
+ACCURACY = "accuracy"
 
 
 DETAIL_COLUMNS: tuple[Column, ...] = (
@@ -127,7 +136,7 @@ DETAIL_COLUMNS: tuple[Column, ...] = (
     Column("TTFT p50", "throughput", "ttft_p50_s", "s"),
     Column("TPOT p50", "throughput", "tpot_p50_s", "s"),
     Column("E2E p99", "throughput", "e2e_p99_s", "s"),
-    Column("GSM8K", "accuracy", "accuracy", "%"),
+    Column("GSM8K [Wilson] n", "accuracy", "accuracy", ACCURACY),
     Column("parity", "parity", "parity_match_rate", "%"),
     Column("NIXL", "kv_transfer", "nixl_bytes_transferred", "B"),
 )
@@ -171,12 +180,48 @@ def log_excerpt(check: CheckResult) -> str | None:
 
 
 def accuracy_interval(result: CellResult) -> str:
-    """'0.62 [0.52, 0.71]' or '-'."""
+    """'0.62 [0.52, 0.71] n=100' (the one GSM8K column: accuracy, its Wilson interval, questions) or '-'."""
     acc = number(result, "accuracy", "accuracy")
     low = number(result, "accuracy", "accuracy_wilson_low")
     high = number(result, "accuracy", "accuracy_wilson_high")
+    questions = number(result, "accuracy", "questions")
     if acc is None:
         return "-"
-    if low is None or high is None:
-        return f"{acc:.2f}"
-    return f"{acc:.2f} [{low:.2f}, {high:.2f}]"
+    text = f"{acc:.2f}" if low is None or high is None else f"{acc:.2f} [{low:.2f}, {high:.2f}]"
+    return text if questions is None else f"{text} n={questions:.0f}"
+
+
+def cell_value(result: CellResult, column: Column) -> str:
+    """A details-table entry for people."""
+    if column.unit == ACCURACY:
+        return accuracy_interval(result)
+    return fmt(number(result, column.check, column.key), column.unit)
+
+
+def anchor(cell_id: str) -> str:
+    """The id of a cell's details in summary.html and summary.md: 'cell-' + the id (characters other
+    than letters, digits, '.', '_' and '-' become '-')."""
+    return "cell-" + re.sub(r"[^A-Za-z0-9._-]", "-", cell_id)
+
+
+CORRUPTING_CHECKS = ("parity", "kv_transfer")
+"""Checks whose failure means the cell's outputs or KV were wrong: its speed is not comparable."""
+
+
+def not_to_scale(verdicts: Mapping[str, str], check: str) -> str:
+    """Why a check's numbers of a cell are not comparable ('' when they are), from the cell's check
+    verdicts: the check could not measure (invalid, error), or, for the speed numbers (throughput),
+    a corrupting check failed (a cell that returns wrong tokens may be fast for it)."""
+    own = verdicts.get(check)
+    if own in INCONCLUSIVE_VERDICTS:
+        return f"{check} {own}"
+    if check == "throughput":
+        for name in CORRUPTING_CHECKS:
+            if verdicts.get(name) in DEFINITIVE_FAILURES:
+                return f"{name} {verdicts[name]}"
+    return ""
+
+
+def check_verdicts(result: CellResult) -> dict[str, str]:
+    """check name -> verdict of a cell."""
+    return {check.name: check.verdict for check in result.checks}

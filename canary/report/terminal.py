@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from canary.config import CheckName
-from canary.report.grid import DETAIL_COLUMNS, Section, fmt, number, sections
+from canary.report.grid import DETAIL_COLUMNS, Section, cell_value, sections
 from canary.report.outcome import headline
 from canary.results import RunResult
 from canary.verdicts import OUTCOME_RICH_STYLE, VERDICT_RICH_STYLE
@@ -64,7 +64,7 @@ def _numbers(run: RunResult) -> Table:
     for column in DETAIL_COLUMNS:
         table.add_column(column.header, justify="right")
     for result in run.cells:
-        table.add_row(result.cell.id, *(fmt(number(result, c.check, c.key), c.unit) for c in DETAIL_COLUMNS))
+        table.add_row(result.cell.id, *(cell_value(result, c) for c in DETAIL_COLUMNS))
     return table
 
 

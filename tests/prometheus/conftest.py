@@ -22,12 +22,12 @@ from promhelpers import (
     Proc,
     PromStack,
     binary,
-    free_port,
     http_get,
     wait_until,
 )
 
 from canary.export.exporter import make_server
+from canary.ports import free_port
 
 
 def _prometheus_config(pushgateway_port: int, exporter_port: int) -> str:

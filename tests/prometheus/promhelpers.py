@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -25,7 +24,7 @@ import pytest
 
 from canary.config import CanaryConfig
 from canary.paths import REPO_ROOT
-from canary.report.sample import sample_config
+from tests.support.sample import sample_config
 
 RULES = REPO_ROOT / "configs" / "alerts" / "canary-rules.yaml"
 SCRAPE_INTERVAL_S = 1
@@ -38,13 +37,6 @@ def binary(env: str, default: str) -> str:
     if not Path(path).exists():
         pytest.fail(f"{path} not installed: run `make prometheus-tools` (Debian prometheus packages)")
     return path
-
-
-def free_port() -> int:
-    """A free loopback port (bind port 0, read it, release it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def http_get(url: str, timeout_s: float = 5.0) -> bytes:

@@ -22,8 +22,8 @@ from canary.export import export_run, spool_dir
 from canary.export import schema as s
 from canary.export.pushgateway import Gateway, Spool, push_run
 from canary.report import point_latest, write_all
-from canary.report.sample import sample_run
 from canary.results import RunResult
+from tests.support.sample import sample_run
 
 pytestmark = pytest.mark.prometheus
 

@@ -5,7 +5,6 @@ every writer and exporter, the execution replaced by a stand-in that returns a r
 from __future__ import annotations
 
 import base64
-import socket
 import time
 from pathlib import Path
 
@@ -19,15 +18,9 @@ from canary.export import schema as s
 from canary.export.pushgateway import Gateway, PushError, Spool, group_url, push
 from canary.export.textfile import textfile_path
 from canary.matrix import Plan, plan
-from canary.report.sample import sample_config, sample_run
+from canary.ports import free_port
 from canary.results import RunResult
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support.sample import sample_config, sample_run
 
 
 def with_export(config: CanaryConfig, **export: object) -> CanaryConfig:
@@ -56,7 +49,7 @@ def test_the_config_url_wins_over_the_environment() -> None:
 
 
 def test_push_retries_with_backoff_then_gives_up() -> None:
-    gateway = Gateway(f"http://127.0.0.1:{closed_port()}", timeout_s=2, retries=2, backoff_s=0.1)
+    gateway = Gateway(f"http://127.0.0.1:{free_port()}", timeout_s=2, retries=2, backoff_s=0.1)
     started = time.monotonic()
     with pytest.raises(PushError, match="cannot reach") as caught:
         push(gateway, "j", "s", b"canary_x 1\n")
@@ -65,7 +58,7 @@ def test_push_retries_with_backoff_then_gives_up() -> None:
 
 
 def test_unreachable_gateway_spools_every_run_in_order(tmp_path: Path) -> None:
-    port = closed_port()
+    port = free_port()
     config = with_export(sample_config(), url=f"http://127.0.0.1:{port}", retries=0, scope="cpu")
     runs = [sample_run(run_id=f"20261129T0{i}0000Z-cpu-default-{i}") for i in (1, 2)]
     for run in runs:
@@ -110,7 +103,7 @@ def test_run_and_report_writes_prints_and_exports(tmp_path: Path, monkeypatch: p
         sample_config(),
         results_dir=str(results),
         textfile=str(textfile),
-        url=f"http://127.0.0.1:{closed_port()}",
+        url=f"http://127.0.0.1:{free_port()}",
         retries=0,
     )
     the_plan = plan(config)

@@ -1,0 +1,139 @@
+"""A realistic run with a history, for the report tests: the sample run (tests/support/sample.py: the
+CPU matrix with a candidate image) as tonight's run, seven earlier nights of it written into a real
+SQLite history (canary.history.store, as `canary run` writes it), and the trends read back.
+
+What the nights show (1 = oldest, 8 = tonight):
+- every number moves a few percent from night to night;
+- pd p32-d64 on the baseline passed nights 1-5 and fails from night 6 on (parity and GSM8K):
+  its previous run is night 7, its last good run night 5;
+- the candidate's aggregated b32 cell was as fast as the baseline until tonight's regression:
+  its previous run (night 7) is also its last good run;
+- night 4: the candidate's aggregated b128 throughput was invalid (client CPU-starved, TTFT 12x):
+  a grey mark in its sparkline, never scaled to;
+- tonight: the baseline's aggregated b128 throughput is invalid the same way (the charts hatch it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from pathlib import Path
+
+from canary.history.rows import flatten
+from canary.history.store import open_store
+from canary.report.trends import Trends, read_trends
+from canary.results import CheckResult, RunResult
+from canary.runner import apply_expectation
+from tests.support.sample import QUESTIONS, sample_run, wilson
+
+TONIGHT = dt.datetime(2026, 11, 30, 2, 0, tzinfo=dt.UTC)
+NIGHTS = 8
+CORRUPTED = "pd.cpu_attn.p32-d64.auto.v1.baseline"
+REGRESSED = "agg.cpu_attn.b32.auto.v1.candidate"
+BASELINE_B32 = "agg.cpu_attn.b32.auto.v1.baseline"
+INVALID_BEFORE = "agg.cpu_attn.b128.auto.v1.candidate"
+INVALID_TONIGHT = "agg.cpu_attn.b128.auto.v1.baseline"
+CORRUPTED_SINCE = 6
+INVALID_NIGHT = 4
+STARVED = 12.0
+"""A CPU-starved client sees TTFT this many times too long."""
+
+
+def run_id(night: int) -> str:
+    """The run id of night 1..8."""
+    when = TONIGHT - dt.timedelta(days=NIGHTS - night)
+    return f"{when.strftime('%Y%m%dT%H%M%SZ')}-cpu-default-{100 + night}"
+
+
+def _check(run: RunResult, cell_id: str, name: str) -> CheckResult:
+    cell = next(c for c in run.cells if c.cell.id == cell_id)
+    found = cell.check(name)
+    assert found is not None, (cell_id, name)
+    return found
+
+
+def _rejudge(run: RunResult, cell_id: str) -> None:
+    cell = next(c for c in run.cells if c.cell.id == cell_id)
+    cell.verdict, cell.reason = apply_expectation(cell.cell, cell.checks)
+
+
+def _jitter(run: RunResult, night: int) -> None:
+    """Every throughput number a few percent off, differently per night and cell."""
+    for index, cell in enumerate(run.cells):
+        check = cell.check("throughput")
+        if check is None or not check.metrics:
+            continue
+        factor = 1.0 + 0.04 * math.sin(1.7 * night + index)
+        for key in list(check.metrics):
+            if key.endswith("_per_s"):
+                check.metrics[key] *= factor
+            elif key.endswith("_s"):
+                check.metrics[key] /= factor
+
+
+def _healthy(run: RunResult, cell_id: str) -> None:
+    """The corrupted P/D cell before night 6: parity and GSM8K as every other cell."""
+    parity = _check(run, cell_id, "parity")
+    parity.verdict, parity.metrics["parity_match_rate"] = "pass", 1.0
+    parity.summary = "greedy tokens identical to the control for 100% of prompts"
+    parity.gates = [g.model_copy(update={"passed": True, "observed": 1.0}) for g in parity.gates]
+    accuracy = _check(run, cell_id, "accuracy")
+    low, high = wilson(57, QUESTIONS)
+    accuracy.verdict = "pass"
+    accuracy.metrics.update(accuracy=0.57, accuracy_wilson_low=low, accuracy_wilson_high=high)
+    accuracy.summary = f"GSM8K 57/{QUESTIONS} = 0.57 [{low:.2f}, {high:.2f}]"
+    accuracy.gates = [g.model_copy(update={"passed": True, "observed": high}) for g in accuracy.gates]
+    _rejudge(run, cell_id)
+
+
+def _not_regressed(run: RunResult) -> None:
+    """The candidate's aggregated b32 cell as fast as the baseline's (before tonight)."""
+    fast = _check(run, BASELINE_B32, "throughput")
+    slow = _check(run, REGRESSED, "throughput")
+    slow.metrics = {k: v for k, v in fast.metrics.items()}
+    slow.verdict, slow.summary = "pass", fast.summary
+    slow.gates = [g.model_copy(update={"passed": True, "observed": 1.0, "detail": ""}) for g in slow.gates]
+    _rejudge(run, REGRESSED)
+
+
+def _starve(run: RunResult, cell_id: str) -> None:
+    """A throughput measurement the client could not make: invalid, TTFT far too long."""
+    check = _check(run, cell_id, "throughput")
+    for key in list(check.metrics):
+        if key.endswith("_per_s"):
+            check.metrics[key] /= 3.0
+        elif key.startswith("ttft_"):
+            check.metrics[key] *= STARVED
+    check.verdict = "invalid"
+    check.summary = "client event-loop lag p99 412.0 ms > 100.0 ms: other processes starved it of CPU"
+    check.evidence["cause"] = "client CPU-starved"
+    check.gates = []
+    _rejudge(run, cell_id)
+
+
+def night(number: int) -> RunResult:
+    """The run of night 1..8 (8 is tonight)."""
+    when = TONIGHT - dt.timedelta(days=NIGHTS - number)
+    run = sample_run(finished_at=when, run_id=run_id(number))
+    if number < NIGHTS:
+        _not_regressed(run)
+    if number < CORRUPTED_SINCE:
+        _healthy(run, CORRUPTED)
+    _jitter(run, number)
+    if number == INVALID_NIGHT:
+        _starve(run, INVALID_BEFORE)
+    if number == NIGHTS:
+        _starve(run, INVALID_TONIGHT)
+    return run
+
+
+def with_history(results_dir: Path) -> tuple[RunResult, Trends]:
+    """Tonight's run and its trends, read back from a history of all eight nights in
+    results_dir/history.sqlite (tonight included: `canary run` records before it reports)."""
+    tonight = night(NIGHTS)
+    with open_store(sqlite=results_dir / "history.sqlite") as store:
+        for number in range(1, NIGHTS):
+            store.write(flatten(night(number)))
+        store.write(flatten(tonight))
+        trends = read_trends(store, tonight)
+    return tonight, trends
