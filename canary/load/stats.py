@@ -21,6 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from canary.metric_keys import GOODPUT_REQUESTS_PER_S, OUTPUT_TOKENS_PER_S, REQUESTS_PER_S, latency_key
+
 PERCENTILES = (50, 90, 99)
 
 
@@ -140,9 +142,9 @@ def distribution(prefix: str, values: Sequence[float]) -> dict[str, float]:
     """mean and p50/p90/p99 of values as {prefix_mean_s: ..., prefix_p50_s: ...}; {} when empty."""
     if not values:
         return {}
-    out = {f"{prefix}_mean_s": statistics.fmean(values)}
+    out = {latency_key(prefix, "mean"): statistics.fmean(values)}
     for pct in PERCENTILES:
-        out[f"{prefix}_p{pct}_s"] = percentile(values, pct)
+        out[latency_key(prefix, f"p{pct}")] = percentile(values, pct)
     return out
 
 
@@ -193,11 +195,13 @@ def summarize(
         prompt_tokens = sum(s.prompt_tokens or 0 for s in ok)
         good = sum(1 for s in ok if (slo or Slo()).met(s))
         out.update(
+            {
+                REQUESTS_PER_S: len(ok) / duration,
+                OUTPUT_TOKENS_PER_S: output_tokens / duration,
+                GOODPUT_REQUESTS_PER_S: good / duration,
+            },
             duration_s=duration,
-            requests_per_s=len(ok) / duration,
-            output_tokens_per_s=output_tokens / duration,
             total_tokens_per_s=(output_tokens + prompt_tokens) / duration,
-            goodput_requests_per_s=good / duration,
             goodput_ratio=good / len(measured),
             mean_concurrency=sum(s.ended_at - s.sent_at for s in measured) / duration,
             output_tokens_mean=output_tokens / len(ok) if ok else 0.0,

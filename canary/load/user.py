@@ -3,8 +3,10 @@
 Importing this module imports locust, which gevent-monkey-patches the process: only the load
 subprocess (`python -m canary.load.run`) imports it.
 
-The response body is read with geventhttpclient's `readline` (one SSE line as soon as it
-arrives), not locust's `iter_content`/`iter_lines`, which wait for 1 KB and would report TTFT late.
+The response body is read straight from the connection's socket (`rxstamp.StampedLines`: each
+SSE line as soon as it arrives, stamped with the kernel's receive time of its bytes, not with when
+this loop got round to them), not with locust's `iter_content`/`iter_lines`, which wait for 1 KB
+and would report TTFT late.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from gevent.event import Event
 from locust import FastHttpUser, constant, task
 from locust.exception import StopUser
 
+from canary.load import rxstamp
 from canary.load.sse import StreamRecord
 from canary.load.stats import Sample
 from canary.load.workload import PlannedRequest
@@ -86,6 +89,7 @@ def configure(source: RequestSource, host: str, request_timeout_s: float) -> Non
     StreamingUser.host = host
     StreamingUser.network_timeout = request_timeout_s
     StreamingUser.connection_timeout = request_timeout_s
+    rxstamp.keep_stamping()  # before any request: the kernel stamps every token's bytes on arrival
 
 
 class StreamingUser(FastHttpUser):
@@ -140,11 +144,8 @@ class StreamingUser(FastHttpUser):
             elif getattr(response, "error", None) is not None or raw is None:
                 error, detail = _classify_exception(getattr(response, "error", None))
             else:
-                while True:
-                    line = raw.readline(b"\n")
-                    if not line:
-                        break
-                    record.feed(line, time.perf_counter())
+                for line, arrived in rxstamp.StampedLines(raw, floor=sent):
+                    record.feed(line, arrived)
         except Exception as exc:  # a broken stream, a timeout, a reset
             error, detail = _classify_exception(exc)
         ended = time.perf_counter()

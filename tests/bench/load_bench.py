@@ -4,7 +4,7 @@
         --model-dir .cache/models/tiny --out results/bench [--real-url URL] [--quick]
 
 Three parts, each client run on the same server in the same process of this script:
-1. scripted: a STAND-IN server with scripted timing (canary.load.scripted_server: TTFT 50 ms, ITL
+1. scripted: a STAND-IN server with scripted timing (tests/support/scripted_server.py: TTFT 50 ms, ITL
    10 ms) records when it received each request and wrote each token on the machine's monotonic
    clock; each client's per-request TTFT and ITL are compared with those records (matched by
    x-request-id): the client's own timing error.
@@ -25,7 +25,6 @@ import json
 import math
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,9 +38,10 @@ sys.path.insert(0, str(ROOT))
 
 from canary import promtext  # noqa: E402
 from canary.load.launch import LoadResult, run_load, token_pool, wait_ready  # noqa: E402
-from canary.load.scripted_server import ScriptedServer  # noqa: E402
 from canary.load.stats import percentile  # noqa: E402
 from canary.load.workload import WorkloadSpec  # noqa: E402
+from canary.ports import free_port  # noqa: E402
+from tests.support.scripted_server import ScriptedServer  # noqa: E402
 
 SHIM = Path(__file__).with_name("vllm_bench_shim.py")
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
@@ -165,13 +165,6 @@ def truth_errors(records: dict[str, Any], requests: list[tuple[str, float, list[
 def latest_records(server: ScriptedServer) -> dict[str, Any]:
     """Server records by request id (the last one of an id wins: vllm bench reuses id 0 for warm-ups)."""
     return {r.request_id: r for r in server.records()}
-
-
-def free_port() -> int:
-    """A free loopback port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def load_avg() -> list[float]:

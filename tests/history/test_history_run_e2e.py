@@ -1,7 +1,7 @@
 """`canary run` end to end with the per-request gate and the history: the real CLI, runner,
 throughput check, load generator (a locust subprocess) and writers, against scripted stand-in
-servers (canary.load.scripted_server: no vLLM engines). The baseline image's cell is served by one
-server, the candidate image's by another: equally fast (nothing raised) or 40% slower per token
+servers (tests/support/scripted_server.py: no vLLM engines). The baseline image's cell is served by
+one server, the candidate image's by another: equally fast (nothing raised) or 40% slower per token
 and to the first token (the per-request test flags it, with Holm over the run)."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from canary import cli, runner
+from canary.cell import Cell
 from canary.config import CanaryConfig
 from canary.history.store import open_store
-from canary.load.scripted_server import ScriptedServer
-from canary.matrix import Cell
 from canary.paths import CONFIGS_DIR
 from canary.results import RunResult
 from canary.targets.base import Deployment
+from tests.support.scripted_server import ScriptedServer
 
 BASE = "agg.cpu_attn.b32.auto.v1.baseline"
 CAND = "agg.cpu_attn.b32.auto.v1.kernel32"

@@ -1,6 +1,6 @@
 """A run whose only problem is a measurement the canary could not take, end to end: `canary run`
 (the real CLI, runner, throughput check, load generator, writers and exporters) against the
-scripted stand-in server (canary.load.scripted_server: no vLLM engines), pushed to the real
+scripted stand-in server (tests/support/scripted_server.py: no vLLM engines), pushed to the real
 Pushgateway and scraped by the real Prometheus with the real alert rules.
 
 The load client's loop-lag bound is set below anything a client can meet (0.001 ms), so every
@@ -21,14 +21,14 @@ import pytest
 from promhelpers import JOB, PromStack, http_get
 
 from canary import cli, runner
+from canary.cell import Cell
 from canary.config import CanaryConfig
 from canary.export import schema as s
-from canary.load.scripted_server import ScriptedServer
-from canary.matrix import Cell
 from canary.paths import CONFIGS_DIR
 from canary.results import RunResult
 from canary.targets.base import Deployment
 from canary.verdicts import OUTCOME_CODES
+from tests.support.scripted_server import ScriptedServer
 
 pytestmark = pytest.mark.prometheus
 

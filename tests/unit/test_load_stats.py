@@ -12,10 +12,10 @@ import sys
 import numpy as np
 import pytest
 
+from canary.cell import Cell
 from canary.checks.throughput import build_spec, combine, floor_gates, regression_gates, slo_of
 from canary.config import SloConfig, ThroughputCheckConfig
 from canary.load.launch import LoadResult, analyze
-from canary.load.scripted_server import Script, prompt_length
 from canary.load.sse import StreamRecord
 from canary.load.stats import (
     ClientHealth,
@@ -36,8 +36,8 @@ from canary.load.workload import (
     sample_lengths,
     share_of_plan,
 )
-from canary.matrix import Cell
 from canary.targets.base import Deployment
+from tests.support.scripted_server import Script, prompt_length
 
 
 def sample(
@@ -445,7 +445,7 @@ def test_scripted_prompt_length_and_script_update() -> None:
 def test_canary_never_imports_locust() -> None:
     """locust monkey-patches the importing process: the canary side must not import it."""
     code = (
-        "import sys, canary.checks, canary.load.launch, canary.load.scripted_server, canary.runner;"
+        "import sys, canary.checks, canary.load.launch, canary.load.rxstamp, canary.runner;"
         "import canary.checks.throughput;"
         "bad = [m for m in ('locust', 'gevent', 'canary.load.user', 'canary.load.runner') if m in sys.modules];"
         "print(bad); sys.exit(1 if bad else 0)"

@@ -12,8 +12,9 @@ Endpoints: the two generation APIs, `GET /v1/models`, `GET /health`, `POST /toke
 stand-in tokenizer: one token per whitespace-separated word), and the control API
 `GET /scripted/records`, `POST /scripted/reset`, `POST /scripted/config` (JSON fields of Script).
 
-Run: `python -m canary.load.scripted_server --port 0 --ttft-ms 50 --itl-ms 10`; it prints
-`LISTENING http://HOST:PORT` once ready. `ScriptedServer` starts and stops it from Python.
+Run: `python tests/support/scripted_server.py --port 0 --ttft-ms 50 --itl-ms 10`; it prints
+`LISTENING http://HOST:PORT` once ready. `ScriptedServer` starts and stops it from Python. Test
+support (standard library only), not part of the installed canary package.
 """
 
 from __future__ import annotations
@@ -371,8 +372,8 @@ class ScriptedServer:
     ) -> None:
         self.args = [
             python,
-            "-m",
-            "canary.load.scripted_server",
+            "-P",  # run as a file: the script's folder does not shadow the standard library
+            str(Path(__file__).resolve()),
             "--ttft-ms",
             str(ttft_s * 1e3),
             "--itl-ms",
