@@ -24,6 +24,8 @@ import math
 import time
 from typing import Any
 
+from canary import hostload
+from canary import metric_keys as keys
 from canary.checks.base import CheckContext, register
 from canary.config import ThroughputCheckConfig
 from canary.load.launch import LoadError, LoadResult, run_load, token_pool, words_per_token
@@ -104,8 +106,8 @@ def floor_gates(cfg: ThroughputCheckConfig, metrics: dict[str, float]) -> list[G
     """Absolute floors from the config."""
     gates: list[Gate] = []
     floors = (
-        ("min-requests-per-s", "requests_per_s", cfg.min_requests_per_s),
-        ("min-output-tokens-per-s", "output_tokens_per_s", cfg.min_output_tokens_per_s),
+        ("min-requests-per-s", keys.REQUESTS_PER_S, cfg.min_requests_per_s),
+        ("min-output-tokens-per-s", keys.OUTPUT_TOKENS_PER_S, cfg.min_output_tokens_per_s),
         ("min-goodput-ratio", "goodput_ratio", cfg.min_goodput_ratio),
     )
     for name, key, floor in floors:
@@ -181,7 +183,8 @@ def throughput_check(ctx: CheckContext) -> CheckResult:
                 "attempt": attempt + 1,
                 "verdict": result.verdict,
                 "summary": result.summary,
-                "client_problems": [p for r in result.evidence.get("runs", []) for p in r.get("client_problems", [])],
+                "client_problems": [p for r in result.evidence.get("runs", []) for p in r.get("client_problems", [])]
+                + result.evidence.get("machine_problems", []),
                 "waited_s": wait_s,
             }
         )
@@ -205,6 +208,8 @@ def backoff_s(cfg: ThroughputCheckConfig, attempt: int) -> float:
 def client_cause(problems: list[str]) -> str:
     """An invalid measurement's cause in a few words (for the run's INCONCLUSIVE line)."""
     text = " ".join(problems)
+    if "machine busy" in text:
+        return "machine busy with other processes"
     if "starved" in text:
         return "client CPU-starved"
     if "saturated" in text:
@@ -222,17 +227,23 @@ def measure(ctx: CheckContext, prompts: tuple[list[int] | None, float, dict[str,
     pool, ratio, prompt_evidence = prompts
     runs: list[LoadResult] = []
     evidence: dict[str, Any] = {"prompts": prompt_evidence, "endpoint": ctx.deployment.base_url, "runs": []}
+    pgids = [s.pid for s in ctx.deployment.servers.values() if s.pid is not None]  # local: pid == pgid
+    foreign: list[hostload.ForeignLoad | None] = []
     for repeat in range(cfg.repeats):
         spec = build_spec(cfg, ctx.deployment, attempt * cfg.repeats + repeat).model_copy(
             update={"token_pool": pool, "words_per_token": ratio}
         )
+        before = hostload.sample(pgids)
         try:
             result = run_load(spec, work_dir, name=f"run-{repeat}", slo=slo_of(cfg), extra_args=master_args(cfg))
         except LoadError as exc:
             return CheckResult(name="throughput", verdict="error", summary=str(exc).splitlines()[0], evidence=evidence)
+        after = hostload.sample(pgids)
         runs.append(result)
         evidence["runs"].append({**result.summary(), "metrics": result.metrics})
+        foreign.append(hostload.foreign_load(before, after) if before and after else None)
     metrics = combine(runs)
+    host_problems = _host_problems(cfg, foreign, metrics, evidence)
     error_rate = metrics["error_rate"]
     error_gate = Gate(
         name="error-rate",
@@ -249,7 +260,7 @@ def measure(ctx: CheckContext, prompts: tuple[list[int] | None, float, dict[str,
         threshold=0,
         detail=f"{cut:.0f} planned requests not finished within max_duration_s={cfg.max_duration_s}",
     )
-    problems = [p for r in runs for p in r.client_problems]
+    problems = [p for r in runs for p in r.client_problems] + host_problems
     client_gate = Gate(
         name="client-not-bottleneck",
         passed=not problems,
@@ -284,6 +295,33 @@ def measure(ctx: CheckContext, prompts: tuple[list[int] | None, float, dict[str,
         gates=gates,
         evidence=evidence,
     )
+
+
+def _host_problems(
+    cfg: ThroughputCheckConfig,
+    loads: list[hostload.ForeignLoad | None],
+    metrics: dict[str, float],
+    evidence: dict[str, Any],
+) -> list[str]:
+    """CPU used outside the cell during the load runs (local servers only): into metrics and
+    evidence, and a problem (invalid) for each run above max_foreign_cpu_cores."""
+    measured = [load for load in loads if load is not None]
+    if not measured:
+        return []
+    worst = max(measured, key=lambda load: load.foreign_cores)
+    metrics["foreign_cpu_cores"] = round(worst.foreign_cores, 3)
+    evidence["machine"] = [load.describe() for load in measured]
+    limit = cfg.max_foreign_cpu_cores
+    if limit is None:
+        return []
+    problems = [
+        f"machine busy: {load.describe()}, above max_foreign_cpu_cores={limit}"
+        for load in measured
+        if load.foreign_cores > limit
+    ]
+    if problems:
+        evidence["machine_problems"] = problems
+    return problems
 
 
 def _errors(runs: list[LoadResult]) -> str:

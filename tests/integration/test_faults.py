@@ -3,7 +3,7 @@
 Faults 01 (NIXL registration layout mismatch: P/D startup fails), 02 (decode reads the KV
 blocks in reversed order: silent corruption), 07 (decode reads the first block for every later
 one: caught by parity itself) and 08 (a candidate image's sampler nudges every logit: drift against
-the baseline image) go through `canary.selftest.run_selftest`, i.e.
+the baseline image) go through `canary.selftest.run.run_selftest`, i.e.
 configs/selftest.yaml with the fault's series as the image's `patches`, the local target, the
 overlay, and the startup / parity / accuracy / kv_transfer checks. `make selftest` runs every
 fault and the clean runs; this keeps those four in `make test`.
@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from canary.results import RunResult
-from canary.selftest import DEFAULT_CONFIG, run_selftest
+from canary.selftest.model import DEFAULT_CONFIG
+from canary.selftest.run import run_selftest
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.own_engines, pytest.mark.timeout(3600)]
 

