@@ -79,18 +79,27 @@ $(UNEARTH): requirements/tools-unearth.txt
 $(VLLM_SDIST): | $(UNEARTH)
 	@echo "== vllm $(VLLM_VERSION) sdist (sha256-pinned) -> $@"
 	mkdir -p $(dir $@)
-	$(UNEARTH) --no-binary --download $(dir $@) 'vllm==$(VLLM_VERSION)' > /dev/null
+	for try in 1 2 3; do \
+	  $(UNEARTH) --no-binary --download $(dir $@) 'vllm==$(VLLM_VERSION)' > /dev/null && break; \
+	  [ $$try = 3 ] && { echo "$@: download failed 3 times" >&2; exit 1; }; \
+	  echo "   download failed (PyPI timeout?), retry $$try of 2 in 15 s"; sleep 15; \
+	done
 	echo "$(VLLM_SDIST_SHA256)  $@" | sha256sum --check --quiet \
 	  || { rm -f $@; echo "$@: sha256 mismatch, expected $(VLLM_SDIST_SHA256); removed" >&2; exit 1; }
 
 # The sdist of every release a patch series is based on (docker/images.yaml), fetched once with
-# unearth (never built) and sha256-checked; the 0.33.0 one is $(VLLM_SDIST).
+# unearth (never built; 3 tries: PyPI reads time out now and then) and sha256-checked; the 0.33.0
+# one is $(VLLM_SDIST).
 sdists: $(VLLM_SDIST) ## the sha256-pinned sdist of every base release (cached in .cache/sdist)
 	@$(IMAGES) patch-check-plan | cut -f1,2 | sort -u | while IFS=$$'\t' read -r release sha; do \
 	  sdist="$(SDIST_DIR)vllm-$$release.tar.gz"; \
 	  [ -f "$$sdist" ] && continue; \
 	  echo "== vllm $$release sdist (sha256-pinned) -> $$sdist"; \
-	  $(UNEARTH) --no-binary --download $(SDIST_DIR) "vllm==$$release" > /dev/null; \
+	  for try in 1 2 3; do \
+	    $(UNEARTH) --no-binary --download $(SDIST_DIR) "vllm==$$release" > /dev/null && break; \
+	    [ $$try = 3 ] && { echo "$$sdist: download failed 3 times" >&2; exit 1; }; \
+	    echo "   download failed (PyPI timeout?), retry $$try of 2 in 15 s"; sleep 15; \
+	  done; \
 	  echo "$$sha  $$sdist" | sha256sum --check --quiet \
 	    || { rm -f "$$sdist"; echo "$$sdist: sha256 mismatch, expected $$sha; removed" >&2; exit 1; }; \
 	done
