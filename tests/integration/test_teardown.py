@@ -113,10 +113,20 @@ CONTROLLER = textwrap.dedent(
 )
 
 
+def _as_from_a_terminal() -> None:
+    """In the controller child: SIGINT and SIGHUP at their defaults, as a shell in a terminal gives
+    them. A test run under nohup or as a background job inherits them ignored, and the canary then
+    (rightly) leaves them ignored, so the signals these tests send would not arrive."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGHUP", "crash"])
 def test_controller_signal_or_crash_stops_everything(tmp_path: Path, how: str) -> None:
     """Ctrl-C, SIGTERM, SIGHUP or an uncaught exception in the controller: no server survives it."""
-    controller = subprocess.Popen([sys.executable, "-c", CONTROLLER, str(tmp_path), how], cwd=REPO_ROOT)
+    controller = subprocess.Popen(
+        [sys.executable, "-c", CONTROLLER, str(tmp_path), how], cwd=REPO_ROOT, preexec_fn=_as_from_a_terminal
+    )
     try:
         wait_for(lambda: (tmp_path / "ready").exists() or controller.poll() is not None, 60, "the controller")
         manifest = json.loads((tmp_path / "processes.json").read_text())
@@ -251,6 +261,7 @@ def test_signal_to_the_controller_while_the_engine_starts(
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         text=True,
+        preexec_fn=_as_from_a_terminal,
     )
     try:
         manifest = tmp_path / "processes.json"
