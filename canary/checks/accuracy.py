@@ -43,11 +43,11 @@ from canary.gsm8k import (
     resolve_dataset,
     write_samples,
 )
+from canary.model.params import MANIFEST_NAME
 from canary.model.ref import local_model_dir
 from canary.results import CheckResult, Gate
 from canary.stats_sequential import HASH_CHARS, SequentialOutcome, evaluate_sequentially
 
-MANIFEST_NAME = "canary-model.json"
 SAMPLES_FILE = "accuracy_samples.jsonl"
 
 

@@ -33,6 +33,7 @@ from canary.config import CanaryConfig
 from canary.errors import CanaryError
 from canary.matrix import plan
 from canary.model.dataset import DatasetSpec, Problem, generate_splits, read_jsonl
+from canary.model.params import is_complete
 from canary.model.ref import is_builtin, local_model_dir
 
 STRIDE = 37
@@ -131,7 +132,7 @@ def source_items(config: CanaryConfig, model_source: str) -> tuple[list[str], st
 def project_model(model_source: str) -> bool:
     """A model this project built (`make model`): builtin:NAME, or a directory with canary-model.json."""
     model_dir = local_model_dir(model_source)
-    return is_builtin(model_source) or (model_dir is not None and (model_dir / "canary-model.json").is_file())
+    return is_builtin(model_source) or (model_dir is not None and is_complete(model_dir))
 
 
 def item_text(problem: Problem) -> str:
