@@ -426,6 +426,13 @@ class ThroughputCheckConfig(Strict):
     regression_tolerance: Probability = Field(
         0.2, description="Allowed relative drop of the candidate vs the baseline image's cell."
     )
+    regression_windows: int = Field(
+        4,
+        ge=0,
+        description="A change beyond regression_tolerance fails only when every one of the candidate's windows "
+        "(each run split into this many groups of consecutive requests) is worse than every one of the baseline's: "
+        "the runs' own spread. 0: the tolerance alone decides.",
+    )
     regression_metrics: list[str] = Field(
         ["requests_per_s", "output_tokens_per_s", "ttft_p50_s", "tpot_p50_s"],
         min_length=1,

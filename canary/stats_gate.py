@@ -49,7 +49,12 @@ def per_request_values(samples: Iterable[Sample]) -> dict[str, list[float]]:
 
 def raw_samples(check: CheckResult) -> list[Sample]:
     """The per-request samples of a throughput check, read back from its raw load files."""
-    out: list[Sample] = []
+    return [s for run in raw_runs(check) for s in run]
+
+
+def raw_runs(check: CheckResult) -> list[list[Sample]]:
+    """The per-request samples of each load run (repeat) of a throughput check, from its raw files."""
+    out: list[list[Sample]] = []
     for run in check.evidence.get("runs", []):
         raw = run.get("raw") if isinstance(run, dict) else None
         if not raw:
@@ -58,7 +63,7 @@ def raw_samples(check: CheckResult) -> list[Sample]:
             data = json.loads(Path(str(raw)).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue  # a missing file means no samples: the gate is inconclusive, never a pass
-        out.extend(Sample.from_json(s) for s in data.get("samples", []))
+        out.append([Sample.from_json(s) for s in data.get("samples", [])])
     return out
 
 

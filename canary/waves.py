@@ -102,11 +102,13 @@ def _rounds(requests: int, concurrency: int) -> int:
     return math.ceil(requests / max(1, concurrency))
 
 
-def parity_prompt_count(config: CanaryConfig) -> int:
-    """Prompts the parity check sends per cell (canary.checks.parity_prompts.prompt_lengths)."""
-    from canary.checks.parity_prompts import prompt_lengths
+def parity_prompt_count(config: CanaryConfig, cell: Cell | None = None) -> int:
+    """Prompts the parity check sends on a cell (canary.checks.parity_prompts.cell_prompt_lengths;
+    no cell: an aggregated one, every length of the config)."""
+    from canary.checks.parity_prompts import cell_prompt_lengths, prompt_lengths
 
-    return len(prompt_lengths(config))
+    every = prompt_lengths(config)
+    return len(every) if cell is None else len(cell_prompt_lengths(config, cell, every))
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,7 @@ def check_seconds(
     if pd and checks.kv_transfer.enabled:
         out["kv_transfer"] = checks.kv_transfer.probe_requests * (per_request + 4 * per_token)
     if checks.parity.enabled:
-        prompts = parity_prompt_count(config) if parity_prompts is None else parity_prompts
+        prompts = parity_prompt_count(config, cell) if parity_prompts is None else parity_prompts
         out["parity"] = parity_seconds(config, pd, own_reference, prompts, model)
     if checks.accuracy.enabled:
         accuracy = checks.accuracy
@@ -205,8 +207,15 @@ def checks_by_cell(
 ) -> dict[str, float]:
     """Cell id -> seconds of its checks; a P/D cell whose aggregated control is not in `planned`
     measures its parity reference itself."""
-    prompts = parity_prompt_count(config) if config.checks.parity.enabled else 0
-    return {c.id: cell_check_seconds(c, config, model, prompts, control_of(c, planned) is None) for c in cells}
+    from canary.checks.parity_prompts import cell_prompt_lengths, prompt_lengths
+
+    every = prompt_lengths(config) if config.checks.parity.enabled else []
+    return {
+        c.id: cell_check_seconds(
+            c, config, model, len(cell_prompt_lengths(config, c, every)), control_of(c, planned) is None
+        )
+        for c in cells
+    }
 
 
 # --------------------------------------------------------------------------- waves

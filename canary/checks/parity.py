@@ -50,6 +50,7 @@ from canary.checks.parity_prompts import (
     PromptError,
     block_sizes,
     build_prompts,
+    cell_prompt_lengths,
     prompt_lengths,
     source_items,
 )
@@ -117,14 +118,17 @@ def _prompts(ctx: CheckContext) -> tuple[list[ParityPrompt], str, list[int]]:
     items, where = source_items(ctx.config, model_spec.source)
     sizes = block_sizes(ctx.config)
     url = _tokenizer_url(ctx)
+    every = prompt_lengths(ctx.config, sizes)
+    # built at every length (a prompt's text depends on its place in that list), sent at the cell's
     prompts = build_prompts(
         items,
-        prompt_lengths(ctx.config, sizes),
+        every,
         min(sizes, default=16),
         settings.item_offset,
         lambda text: tokenize(url, model, text, settings.request_timeout_s),
     )
-    return prompts, where, sizes
+    mine = set(cell_prompt_lengths(ctx.config, ctx.cell, every))
+    return [p for p in prompts if p.length in mine], where, sizes
 
 
 def _sides(ctx: CheckContext) -> list[BlockSide]:

@@ -10,7 +10,8 @@ items with natural prose (canary/checks/parity_text.py), the text such models ar
 Lengths (token counts, BOS included): the configured ones plus, for every block size B of the
 config's planned cells, logical and kernel, prefill and decode: B/2 (inside one block), B-1, B,
 B+1, 2B, 2B+1 and 4B+1 (several blocks), and the longest prompt that still fits (max_model_len - max_tokens - 1:
-teacher-forced re-scoring appends the output and asks for one more token).
+teacher-forced re-scoring appends the output and asks for one more token). The aggregated control
+records every length; a P/D cell sends only those of its own block sizes (`cell_prompt_lengths`).
 
 Prompt i starts at a different item (offset + i * STRIDE), so no two prompts share a first block
 and a P/D decode server never serves one prompt's blocks from its prefix cache filled by another.
@@ -28,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from canary.cell import Cell
 from canary.checks.parity_text import PARAGRAPHS
 from canary.config import CanaryConfig
 from canary.errors import CanaryError
@@ -70,13 +72,27 @@ def prompt_sha(ids: Sequence[int]) -> str:
     return hashlib.sha256(json.dumps(list(ids)).encode()).hexdigest()[:16]
 
 
+def cell_block_sizes(cell: Cell) -> list[int]:
+    """One cell's block sizes: logical and kernel, prefill and decode."""
+    sizes = {cell.prefill_block_size, cell.decode_block_size}
+    sizes |= {s for s in (cell.kernel_block_prefill, cell.kernel_block_decode) if s is not None}
+    return sorted(sizes)
+
+
 def block_sizes(config: CanaryConfig) -> list[int]:
     """Every block size of the planned cells: logical and kernel, prefill and decode."""
-    sizes: set[int] = set()
-    for cell in plan(config).planned():
-        sizes |= {cell.prefill_block_size, cell.decode_block_size}
-        sizes |= {s for s in (cell.kernel_block_prefill, cell.kernel_block_decode) if s is not None}
-    return sorted(sizes)
+    return sorted({size for cell in plan(config).planned() for size in cell_block_sizes(cell)})
+
+
+def cell_prompt_lengths(config: CanaryConfig, cell: Cell, every: Sequence[int]) -> list[int]:
+    """The lengths a cell sends. An aggregated cell (the control) measures the reference at `every`
+    length of the config (prompt_lengths(config)): the P/D cells it serves have different block
+    sizes. A P/D cell sends only the lengths of its own block sizes (and the configured ones and
+    the longest), each a prompt of the same ids as the control's at that length."""
+    if cell.topology != "pd-nixl":
+        return list(every)
+    own = set(prompt_lengths(config, cell_block_sizes(cell)))
+    return [n for n in every if n in own]
 
 
 def max_prompt_length(config: CanaryConfig) -> int:

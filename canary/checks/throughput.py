@@ -9,7 +9,10 @@ ran the same seeds.
 Verdict, in order: a failed run or missing samples -> error; failed requests beyond
 `max_error_rate` -> fail (failures are never counted as fast samples); a load generator that was
 itself the bottleneck -> invalid (its numbers are not the server's, so no floor or regression is
-judged on them); then absolute floors and the relative regression against the baseline cell.
+judged on them); then absolute floors and the relative regression against the baseline cell. A
+change beyond `regression_tolerance` is a regression only when it is also beyond the runs' own
+spread (`regression_windows`: every window of the candidate's runs worse than every window of the
+baseline's); one 40-request run of a CPU cell varies by +-15% from window to window.
 
 An invalid measurement is no evidence, so it is taken again: up to `max_attempts` measurements,
 `retry_backoff_s` (doubling) apart, each with fresh seeds; the first one that is not invalid is
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from canary import hostload
@@ -29,10 +33,10 @@ from canary import metric_keys as keys
 from canary.checks.base import CheckContext, register
 from canary.config import ThroughputCheckConfig
 from canary.load.launch import LoadError, LoadResult, run_load, token_pool, words_per_token
-from canary.load.stats import Slo, higher_is_better, median_metrics, relative_change
+from canary.load.stats import Sample, Slo, higher_is_better, median_metrics, relative_change, window_values
 from canary.load.workload import WorkloadSpec
 from canary.results import CAUSE_KEY, CheckResult, Gate
-from canary.stats_gate import per_request_gates
+from canary.stats_gate import per_request_gates, raw_runs
 from canary.targets.base import Deployment
 
 # Metrics that are counts per run: summed over repeats rather than taken as a median.
@@ -127,28 +131,65 @@ def floor_gates(cfg: ThroughputCheckConfig, metrics: dict[str, float]) -> list[G
 
 
 def regression_gates(
-    cfg: ThroughputCheckConfig, metrics: dict[str, float], baseline: dict[str, float], baseline_id: str
+    cfg: ThroughputCheckConfig,
+    metrics: dict[str, float],
+    baseline: dict[str, float],
+    baseline_id: str,
+    runs: tuple[Sequence[Sequence[Sample]], Sequence[Sequence[Sample]]] | None = None,
 ) -> list[Gate]:
-    """Relative change of each regression metric vs the baseline cell's medians."""
+    """Relative change of each regression metric vs the baseline cell's medians.
+
+    With `runs` (the candidate's and the baseline's per-request samples, one list per repeat) and
+    `regression_windows` > 0, a change beyond the tolerance is a regression only when it also
+    exceeds the measurements' own spread: every window of the candidate's runs is worse than every
+    window of the baseline's (`window_values`). Overlapping windows pass, and the detail says so.
+    Without samples on both sides the tolerance alone decides."""
     gates: list[Gate] = []
     for key in cfg.regression_metrics:
         if key not in metrics or key not in baseline:
             continue
         worse = relative_change(metrics[key], baseline[key], key)
         direction = "drop" if higher_is_better(key) else "rise"
+        detail = (
+            f"{key} {metrics[key]:.4g} vs baseline {baseline[key]:.4g} ({baseline_id}): "
+            f"{direction} {max(worse, 0.0):.1%}, allowed {cfg.regression_tolerance:.0%}"
+        )
+        passed = worse <= cfg.regression_tolerance
+        if not passed and runs is not None:
+            within, spread = _within_spread(cfg, key, *runs)
+            passed = within
+            detail = f"{detail}; {spread}" if spread else detail
         gates.append(
             Gate(
                 name=f"regression-{key}",
-                passed=worse <= cfg.regression_tolerance,
+                passed=passed,
                 observed=worse if math.isfinite(worse) else None,
                 threshold=cfg.regression_tolerance,
-                detail=(
-                    f"{key} {metrics[key]:.4g} vs baseline {baseline[key]:.4g} ({baseline_id}): "
-                    f"{direction} {max(worse, 0.0):.1%}, allowed {cfg.regression_tolerance:.0%}"
-                ),
+                detail=detail,
             )
         )
     return gates
+
+
+def _within_spread(
+    cfg: ThroughputCheckConfig, key: str, candidate: Sequence[Sequence[Sample]], baseline: Sequence[Sequence[Sample]]
+) -> tuple[bool, str]:
+    """Whether the candidate's and the baseline's windows of `key` overlap, and the sentence saying so."""
+    windows = cfg.regression_windows
+    mine = [v for run in candidate for v in window_values(run, key, windows)]
+    theirs = [v for run in baseline for v in window_values(run, key, windows)]
+    if not windows or not mine or not theirs:
+        return False, ""
+    if higher_is_better(key):
+        best, worst = max(mine), min(theirs)
+        overlap = best >= worst
+    else:
+        best, worst = min(mine), max(theirs)
+        overlap = best <= worst
+    words = f"the candidate's best window {best:.4g} vs the baseline's worst {worst:.4g}"
+    if overlap:
+        return True, f"within the runs' own spread ({windows} windows per run: {words}): not a regression"
+    return False, f"beyond the runs' own spread ({windows} windows per run: {words})"
 
 
 def _prompt_source(ctx: CheckContext) -> tuple[list[int] | None, float, dict[str, Any]]:
@@ -280,7 +321,8 @@ def measure(ctx: CheckContext, prompts: tuple[list[int] | None, float, dict[str,
         baseline = ctx.baseline_for()
         base_check = baseline.check("throughput") if baseline is not None else None
         if baseline is not None and base_check is not None and base_check.verdict == "pass":
-            gates.extend(regression_gates(cfg, metrics, base_check.metrics, baseline.cell.id))
+            spread = ([r.samples for r in runs], raw_runs(base_check))
+            gates.extend(regression_gates(cfg, metrics, base_check.metrics, baseline.cell.id, spread))
             samples = [s for r in runs for s in r.samples]
             gates.extend(per_request_gates(cfg.per_request, samples, base_check, baseline.cell.id, evidence))
             evidence["baseline_cell"] = baseline.cell.id

@@ -242,6 +242,47 @@ def median_metrics(runs: Sequence[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.median(r[k] for r in runs) for k in keys}
 
 
+def window_values(samples: Sequence[Sample], metric: str, windows: int, min_per_window: int = 5) -> list[float]:
+    """One run's `metric` over `windows` consecutive groups of its measured, successful requests (in
+    order of completion): the run's own spread. A rate divides a group's requests (or output tokens)
+    by the time from the previous group's last completion (the first group: the first send) to its
+    own; a latency statistic (`ttft_p50_s`, `e2e_mean_s`, ...) is taken over the group's requests.
+    [] when the metric has no per-request form or the run has fewer than `min_per_window` requests
+    per group."""
+    ok = sorted((s for s in samples if not s.warmup and s.ok), key=lambda s: s.ended_at)
+    size = len(ok) // windows if windows > 0 else 0
+    if size < max(1, min_per_window):
+        return []
+    values: list[float] = []
+    previous = min(s.sent_at for s in ok)
+    for index in range(windows):
+        group = ok[index * size : (index + 1) * size]
+        end = group[-1].ended_at
+        span = max(end - previous, 1e-9)
+        previous = end
+        if metric == REQUESTS_PER_S:
+            values.append(len(group) / span)
+        elif metric == OUTPUT_TOKENS_PER_S:
+            values.append(sum(s.output_tokens or 0 for s in group) / span)
+        else:
+            value = _latency_of(group, metric)
+            if value is None:
+                return []
+            values.append(value)
+    return values
+
+
+def _latency_of(group: Sequence[Sample], metric: str) -> float | None:
+    prefix = metric.split("_", 1)[0]
+    per_request: dict[str, list[float]] = {
+        "ttft": [s.ttft_s for s in group if s.ttft_s is not None],
+        "tpot": [t for s in group if (t := s.tpot_s) is not None],
+        "itl": [gap for s in group for gap in s.itl_s],
+        "e2e": [s.e2e_s for s in group if s.e2e_s is not None],
+    }
+    return distribution(prefix, per_request.get(prefix, [])).get(metric)
+
+
 def higher_is_better(metric: str) -> bool:
     """Rates (…_per_s) and ratios of good outcomes improve upward; latencies and errors downward."""
     return metric.endswith("_per_s") or metric == "goodput_ratio"

@@ -28,6 +28,7 @@ from canary.load.stats import (
     percentile,
     relative_change,
     summarize,
+    window_values,
 )
 from canary.load.workload import (
     WorkloadSpec,
@@ -460,3 +461,84 @@ def test_config_rejects_bad_throughput_settings() -> None:
     with pytest.raises(ValueError, match="unknown metrics"):
         ThroughputCheckConfig(regression_metrics=["ttft_p95_s"])
     assert ThroughputCheckConfig(regression_metrics=["itl_p99_s", "goodput_requests_per_s"]).regression_metrics
+
+
+# --------------------------------------------------------------------------- the runs' own spread
+
+
+def _closed_loop(seed: int, slowdown: float, requests: int = 40, users: int = 4, jitter: float = 0.35) -> list[Sample]:
+    """A closed-loop run: `users` users, each sending its next request when the last one ends; e2e
+    times lognormal around 0.25 s x slowdown (`jitter`: sigma), TTFT a fifth of it."""
+    rng = random.Random(seed)
+    free_at = [0.0] * users
+    samples = []
+    for index in range(requests):
+        user = min(range(users), key=lambda u: free_at[u])
+        e2e = 0.25 * slowdown * rng.lognormvariate(0.0, jitter)
+        sent = free_at[user]
+        free_at[user] = sent + e2e
+        samples.append(
+            Sample(index=index, warmup=False, sent_at=sent, ended_at=sent + e2e, expected_prompt_tokens=64,
+                   expected_output_tokens=32, ttft_s=e2e / 5, e2e_s=e2e, output_tokens=32, prompt_tokens=64)
+        )
+    return samples
+
+
+def _medians(runs: list[list[Sample]]) -> dict[str, float]:
+    return median_metrics([summarize(run) for run in runs])
+
+
+def test_window_values_split_a_run_by_completion() -> None:
+    run = _closed_loop(1, 1.0)
+    rates = window_values(run, "requests_per_s", 4)
+    assert len(rates) == 4 and all(4.0 < r < 40.0 for r in rates)
+    # the windows' requests over their spans add up to the whole run's requests over its span
+    assert sum(10 / r for r in rates) == pytest.approx(max(s.ended_at for s in run) - min(s.sent_at for s in run))
+    ttft = window_values(run, "ttft_p50_s", 4)
+    assert len(ttft) == 4 and min(ttft) <= statistics.median(s.ttft_s or 0 for s in run) <= max(ttft)
+    assert window_values(run, "requests_per_s", 10) == []  # 4 requests a window: too few to say anything
+    assert window_values(run, "goodput_ratio", 4) == []  # no per-window form
+    assert window_values(run, "requests_per_s", 0) == []
+
+
+def test_a_change_within_the_runs_own_spread_is_not_a_regression() -> None:
+    """The same server measured twice (seeds differ): one 40-request run's median moves by 20-30%
+    on its own. Beyond the 20% tolerance but inside the spread: passes, and the detail says why."""
+    cfg = ThroughputCheckConfig(regression_tolerance=0.2, regression_metrics=["requests_per_s"])
+    noisy = [
+        (seed_a, seed_b)
+        for seed_a in range(40)
+        for seed_b in range(40, 60)
+        if relative_change(
+            _medians([_closed_loop(seed_b, 1.0)])["requests_per_s"],
+            _medians([_closed_loop(seed_a, 1.0)])["requests_per_s"],
+            "requests_per_s",
+        )
+        > 0.2
+    ]
+    assert noisy, "the simulated noise should reach the tolerance"
+    seed_a, seed_b = noisy[0]
+    base, cand = [_closed_loop(seed_a, 1.0)], [_closed_loop(seed_b, 1.0)]
+    plain = regression_gates(cfg, _medians(cand), _medians(base), "agg.base")[0]
+    assert not plain.passed  # the tolerance alone calls it a regression
+    gate = regression_gates(cfg, _medians(cand), _medians(base), "agg.base", (cand, base))[0]
+    assert gate.passed and "within the runs' own spread" in gate.detail
+    off = cfg.model_copy(update={"regression_windows": 0})
+    assert not regression_gates(off, _medians(cand), _medians(base), "agg.base", (cand, base))[0].passed
+
+
+@pytest.mark.parametrize("metric", ["requests_per_s", "output_tokens_per_s", "ttft_p50_s", "e2e_p50_s"])
+def test_a_real_slowdown_is_beyond_the_spread(metric: str) -> None:
+    """A 2x slower candidate (seeded fault 04 is 3x) fails on every seed pair tried, rates and latencies."""
+    cfg = ThroughputCheckConfig(regression_tolerance=0.3, regression_metrics=[metric])
+    for seed in range(10):
+        base, cand = [_closed_loop(seed, 1.0)], [_closed_loop(100 + seed, 2.0)]
+        gate = regression_gates(cfg, _medians(cand), _medians(base), "agg.base", (cand, base))[0]
+        assert not gate.passed and "beyond the runs' own spread" in gate.detail, (seed, gate.detail)
+
+
+def test_missing_baseline_samples_leave_the_tolerance_to_decide() -> None:
+    cfg = ThroughputCheckConfig(regression_tolerance=0.2, regression_metrics=["requests_per_s"])
+    cand = [_closed_loop(7, 1.5)]
+    gate = regression_gates(cfg, {"requests_per_s": 7.0}, {"requests_per_s": 10.0}, "agg.base", (cand, []))[0]
+    assert not gate.passed and "window" not in gate.detail

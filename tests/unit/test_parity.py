@@ -13,16 +13,17 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from canary.checks.parity import judge_pd
 from canary.checks.parity_drift import judge_drift
-from canary.checks.parity_prompts import ParityPrompt, build_prompts, prompt_lengths
+from canary.checks.parity_prompts import ParityPrompt, build_prompts, cell_prompt_lengths, prompt_lengths
 from canary.checks.parity_reference import GEN_NULL_ARMS, Reference, judge_evidence, reference_from_evidence
 from canary.config import ParityCheckConfig
-from canary.config_load import validate_config
+from canary.config_load import load_config, validate_config
 from canary.fidelity import (
     FidelityError,
     Position,
@@ -43,8 +44,11 @@ from canary.fidelity_gate import (
     locate,
     token_gate,
 )
+from canary.matrix import plan
 
 # --------------------------------------------------------------------------- series and comparisons
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_series_from_vllm_completion_and_prompt_logprobs() -> None:
@@ -179,6 +183,24 @@ def test_prompt_lengths_cover_every_block_size_and_the_longest_prompt() -> None:
     limit = 256 - config.checks.parity.max_tokens - 1
     assert max(lengths) == limit and 300 not in lengths and 513 not in lengths
     assert lengths == sorted(set(lengths))
+
+
+def test_a_pd_cell_sends_the_lengths_of_its_own_blocks_and_the_control_all() -> None:
+    """cpu-default: the aggregated control records every length of the config; each P/D cell sends
+    only those of its own block sizes (logical and kernel, prefill and decode), the longest included."""
+    config = load_config(REPO / "configs" / "cpu-default.yaml")
+    every = prompt_lengths(config)
+    cells = {c.id: c for c in plan(config).planned()}
+    assert cell_prompt_lengths(config, cells["agg.cpu_attn.b32.auto.v1.baseline"], every) == every
+    p32 = cell_prompt_lengths(config, cells["pd.cpu_attn.p32-d32.auto.v1.baseline"], every)
+    assert {16, 31, 32, 33, 64, 65, 129, max(every), *config.checks.parity.prompt_lengths} == set(p32)
+    mixed = set(cell_prompt_lengths(config, cells["pd.cpu_attn.p32-d64.auto.v1.baseline"], every))
+    assert {31, 32, 33, 63, 64, 65} <= mixed and 127 not in mixed
+    split = set(cell_prompt_lengths(config, cells["pd.cpu_attn.p128-d128.auto.v1.kernel32"], every))
+    assert {31, 32, 33, 127, 128, 129, 513} <= split and 15 not in split  # kernel 32 under logical 128
+    assert sum(len(cell_prompt_lengths(config, c, every)) for c in cells.values() if c.topology == "pd-nixl") < (
+        len(every) * sum(c.topology == "pd-nixl" for c in cells.values())
+    )
 
 
 def test_prompts_have_exact_lengths_distinct_first_blocks_and_altered_twins() -> None:
