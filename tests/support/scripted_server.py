@@ -4,9 +4,14 @@ Not vLLM: it generates no text. It answers `/v1/completions` and `/v1/chat/compl
 streams like vLLM's, with `stream_options.include_usage`) after a fixed time to first token and
 a fixed inter-token latency, and records, per request, when the request was fully received and
 when each token event was written to the socket (`time.perf_counter`, a system-wide monotonic
-clock on Linux). Comparing a client's measurements with those records gives the client's own
-timing error. It can also inject failures (HTTP 500, or a stream cut in the middle) on every
-N-th request, to prove failures are counted as failures.
+clock on Linux). "Received" is the KERNEL's receive stamp of the request's last bytes
+(SO_TIMESTAMPNS, converted to perf_counter time by canary.load.rxstamp), not the moment this
+server's asyncio loop got round to reading them: on a busy machine that read delay would land in
+every client's measured error. The time of the read (`read_at`) is recorded beside it; where the
+kernel gives no stamp, the read time is used and the record says so (`kernel_stamped`).
+Comparing a client's measurements with those records gives the client's own timing error. It
+can also inject failures (HTTP 500, or a stream cut in the middle) on every N-th request, to
+prove failures are counted as failures.
 
 Endpoints: the two generation APIs, `GET /v1/models`, `GET /health`, `POST /tokenize` (a
 stand-in tokenizer: one token per whitespace-separated word), and the control API
@@ -14,7 +19,8 @@ stand-in tokenizer: one token per whitespace-separated word), and the control AP
 
 Run: `python tests/support/scripted_server.py --port 0 --ttft-ms 50 --itl-ms 10`; it prints
 `LISTENING http://HOST:PORT` once ready. `ScriptedServer` starts and stops it from Python. Test
-support (standard library only), not part of the installed canary package.
+support, not part of the installed canary package: standard library plus canary.load.rxstamp
+(itself standard library only; run as a file, the repository root is put on sys.path for it).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -35,7 +42,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+if __name__ == "__main__":  # run as a file (-P): canary is importable from the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from canary.load.rxstamp import ANCILLARY_SPACE, BLOCK_SIZE, enable, keep_stamping, kernel_stamp
+
 READY_PREFIX = "LISTENING "
+HEAD_LIMIT = 1 << 20  # bytes of a request line + headers
 
 
 @dataclass
@@ -49,6 +62,7 @@ class Script:
     model: str = "scripted"
     max_model_len: int = 4096
     record: bool = True
+    read_delay_s: float = 0.0  # test hook: wait this long before reading each request (its bytes wait in the kernel)
 
     def update(self, changes: dict[str, Any]) -> None:
         """Apply a partial update (unknown keys are an error)."""
@@ -67,7 +81,9 @@ class Record:
     seq: int
     request_id: str
     path: str
-    received_at: float
+    received_at: float  # kernel receive stamp of the request's last bytes (read_at where there was none)
+    read_at: float  # when this server read them (user space)
+    kernel_stamped: bool
     prompt_tokens: int
     output_tokens: int
     outcome: str = "ok"
@@ -79,13 +95,18 @@ class Record:
         return self.token_at[0] - self.received_at if self.token_at else None
 
     @property
+    def read_delay_s(self) -> float:
+        """Bytes in the kernel -> read by the server."""
+        return self.read_at - self.received_at
+
+    @property
     def itl_s(self) -> list[float]:
         """Gaps between token events as written."""
         return [b - a for a, b in zip(self.token_at, self.token_at[1:], strict=False)]
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready, with the derived timings."""
-        return {**asdict(self), "ttft_s": self.ttft_s, "itl_s": self.itl_s}
+        return {**asdict(self), "ttft_s": self.ttft_s, "itl_s": self.itl_s, "read_delay_s": self.read_delay_s}
 
 
 def count_words(text: str) -> int:
@@ -114,49 +135,138 @@ class HttpError(Exception):
     """A malformed request."""
 
 
+@dataclass(frozen=True)
+class Request:
+    """One request as read from its connection."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    received_at: float
+    read_at: float
+    kernel_stamped: bool
+
+
+class Connection:
+    """One client connection on a non-blocking socket, read with recvmsg for the kernel's receive stamps.
+
+    asyncio's streams cannot hand over ancillary data, so reads wait for readability with
+    `loop.add_reader` and writes go straight to the socket (`loop.sock_sendall` when it is full).
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.loop = asyncio.get_running_loop()
+        sock.setblocking(False)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as asyncio's transports do
+        self.stamped = enable(sock)
+        self.buffer = bytearray()
+        self.kernel_at: float | None = None  # the last read's kernel stamp
+        self.read_at = 0.0  # the last read's user-space time
+
+    async def request(self, read_delay_s: float = 0.0) -> Request | None:
+        """The next request; None when the connection closes before one starts (or mid-head)."""
+        if read_delay_s > 0:
+            await asyncio.sleep(read_delay_s)
+        while (end := self.buffer.find(b"\r\n\r\n")) < 0:
+            if len(self.buffer) > HEAD_LIMIT:
+                raise HttpError(f"request head longer than {HEAD_LIMIT} bytes")
+            if not await self._read():
+                return None
+        method, path, headers = _parse_head(bytes(self.buffer[: end + 4]))
+        length = int(headers.get("content-length", "0"))
+        if length < 0:
+            raise HttpError(f"negative content-length {length}")
+        size = end + 4 + length
+        while len(self.buffer) < size:
+            if not await self._read():
+                raise ConnectionError("connection closed in the middle of a request body")
+        body = bytes(self.buffer[end + 4 : size])
+        del self.buffer[:size]
+        # the read that completed the request: its bytes' kernel stamp, else the read's own time
+        kernel = self.kernel_at
+        received_at = kernel if kernel is not None else self.read_at
+        return Request(method, path, headers, body, received_at, self.read_at, kernel is not None)
+
+    async def _read(self) -> bool:
+        """Add whatever has arrived to the buffer (waiting for it); False at the end of the stream."""
+        while True:
+            try:
+                if self.stamped:
+                    data, ancillary, _flags, _address = self.sock.recvmsg(BLOCK_SIZE, ANCILLARY_SPACE)
+                    now, wall_ns = time.perf_counter(), time.time_ns()
+                    kernel = kernel_stamp(ancillary, now, wall_ns)
+                else:
+                    data = self.sock.recv(BLOCK_SIZE)
+                    now, kernel = time.perf_counter(), None
+                break
+            except (BlockingIOError, InterruptedError):
+                await self._readable()
+        self.kernel_at, self.read_at = kernel, now
+        self.buffer += data
+        return bool(data)
+
+    async def _readable(self) -> None:
+        ready: asyncio.Future[None] = self.loop.create_future()
+        fd = self.sock.fileno()
+
+        def wake() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        self.loop.add_reader(fd, wake)
+        try:
+            await ready
+        finally:
+            self.loop.remove_reader(fd)
+
+    async def send(self, data: bytes) -> None:
+        """Write all of data: at once when the socket buffer has room (no await), else waiting for room."""
+        try:
+            sent = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        if sent < len(data):
+            await self.loop.sock_sendall(self.sock, data[sent:])
+
+    def close(self) -> None:
+        """Close the socket (a cut stream: what was sent stays sent, the rest never comes)."""
+        self.sock.close()
+
+
 class ScriptedApp:
-    """The server's state and request handling (asyncio streams, HTTP/1.1 keep-alive)."""
+    """The server's state and request handling (HTTP/1.1 keep-alive)."""
 
     def __init__(self, script: Script) -> None:
         self.script = script
         self.records: list[Record] = []
         self.seq = 0
 
-    async def handle_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def handle_connection(self, conn: Connection) -> None:
         """Serve requests on one connection until it closes."""
         try:
             while True:
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
+                request = await conn.request(self.script.read_delay_s)
+                if request is None:
                     return
-                method, path, headers = _parse_head(head)
-                length = int(headers.get("content-length", "0"))
-                body = await reader.readexactly(length) if length else b""
-                received_at = time.perf_counter()
-                keep = await self.dispatch(method, path, headers, body, received_at, writer)
-                if not keep or headers.get("connection", "").lower() == "close":
+                keep = await self.dispatch(request, conn)
+                if not keep or request.headers.get("connection", "").lower() == "close":
                     return
         except (HttpError, ValueError) as exc:
-            await _send_json(writer, 400, {"error": {"message": str(exc)}}, keep_alive=False)
-        except (ConnectionError, asyncio.IncompleteReadError):
+            with contextlib.suppress(ConnectionError):
+                await _send_json(conn, 400, {"error": {"message": str(exc)}}, keep_alive=False)
+        except ConnectionError:
             return
         finally:
-            writer.close()
+            conn.close()
 
-    async def dispatch(
-        self,
-        method: str,
-        path: str,
-        headers: dict[str, str],
-        body: bytes,
-        received_at: float,
-        writer: asyncio.StreamWriter,
-    ) -> bool:
+    async def dispatch(self, request: Request, writer: Connection) -> bool:
         """Answer one request; False closes the connection."""
-        path = path.split("?", 1)[0]
+        method, path, body = request.method, request.path.split("?", 1)[0], request.body
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
-            return await self.generate(path, headers, _json_body(body), received_at, writer)
+            return await self.generate(path, request, _json_body(body), writer)
         if method == "GET" and path == "/health":
             return await _send_json(writer, 200, {})
         if method == "GET" and path == "/v1/models":
@@ -186,17 +296,18 @@ class ScriptedApp:
             return await _send_json(writer, 200, asdict(self.script))
         return await _send_json(writer, 404, {"error": {"message": f"no route {method} {path}"}})
 
-    async def generate(
-        self, path: str, headers: dict[str, str], body: dict[str, Any], received_at: float, writer: asyncio.StreamWriter
-    ) -> bool:
+    async def generate(self, path: str, request: Request, body: dict[str, Any], writer: Connection) -> bool:
         """A scripted completion: fail, stream (possibly cut), or answer in one piece."""
         script = self.script
         self.seq += 1
         seq = self.seq
         chat = path.endswith("chat/completions")
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
-        request_id = headers.get("x-request-id") or f"scripted-{seq}"
-        record = Record(seq, request_id, path, received_at, prompt_length(body), max_tokens)
+        request_id = request.headers.get("x-request-id") or f"scripted-{seq}"
+        received_at = request.received_at  # the token schedule runs from the kernel's arrival stamp
+        record = Record(
+            seq, request_id, path, received_at, request.read_at, request.kernel_stamped, prompt_length(body), max_tokens
+        )
         if script.record:
             self.records.append(record)
         if script.fail_every and seq % script.fail_every == 0:
@@ -206,7 +317,7 @@ class ScriptedApp:
         if not body.get("stream"):
             await asyncio.sleep(script.ttft_s + script.itl_s * (max_tokens - 1))
             return await _send_json(writer, 200, _full_response(record, script.model, chat))
-        writer.write(
+        await writer.send(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
             b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
         )
@@ -219,18 +330,13 @@ class ScriptedApp:
                 await asyncio.sleep(delay)
             if cut_after is not None and k == cut_after:
                 record.outcome = "cut"
-                writer.transport.abort()
+                writer.close()
                 return False
             chunk = (events.role() if chat and k == 0 else b"") + events.token(k, last=k == max_tokens - 1)
             # stamped just before the write: no client can see the token earlier than this
             record.token_at.append(time.perf_counter())
-            writer.write(chunk)
-            if writer.transport.get_write_buffer_size() > 1 << 16:
-                await writer.drain()
-        if usage:
-            writer.write(events.usage())
-        writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
-        await writer.drain()
+            await writer.send(chunk)  # no await unless the socket buffer is full
+        await writer.send((events.usage() if usage else b"") + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         return True
 
 
@@ -302,31 +408,49 @@ def _json_body(body: bytes) -> dict[str, Any]:
     return data
 
 
-async def _send_json(writer: asyncio.StreamWriter, status: int, payload: Any, keep_alive: bool = True) -> bool:
+async def _send_json(writer: Connection, status: int, payload: Any, keep_alive: bool = True) -> bool:
     data = json.dumps(payload).encode()
     reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 500: "Internal Server Error"}.get(status, "Status")
     connection = "keep-alive" if keep_alive else "close"
-    writer.write(
+    await writer.send(
         f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n"
         f"connection: {connection}\r\n\r\n".encode()
         + data
     )
-    await writer.drain()
     return keep_alive
 
 
 async def serve(host: str, port: int, script: Script, ready: Any = None) -> None:
     """Run the server until cancelled; print the ready line (or call ready(url))."""
     app = ScriptedApp(script)
-    server = await asyncio.start_server(app.handle_connection, host, port, backlog=4096, limit=1 << 20)
-    bound = server.sockets[0].getsockname()
-    url = f"http://{host}:{bound[1]}"
-    if ready is not None:
-        ready(url)
-    else:
-        print(f"{READY_PREFIX}{url}", flush=True)
-    async with server:
-        await server.serve_forever()
+    keep_stamping()  # the kernel stamps packets only while some socket asks: from the first byte on
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    loop = asyncio.get_running_loop()
+    connections: set[asyncio.Task[None]] = set()
+    with socket.create_server((host, port), family=family, backlog=4096) as listener:
+        listener.setblocking(False)
+        enable(listener)  # accepted sockets inherit it: the request's first bytes carry stamps
+        url = f"http://{host}:{listener.getsockname()[1]}"
+        if ready is not None:
+            ready(url)
+        else:
+            print(f"{READY_PREFIX}{url}", flush=True)
+        try:
+            while True:
+                try:
+                    sock, _address = await loop.sock_accept(listener)
+                except ConnectionError:
+                    continue  # the client gave up before it was accepted
+                except OSError as exc:  # out of file descriptors or memory: pause accepting, as asyncio's server does
+                    print(f"scripted server: accept failed ({exc}); retrying in 1 s", file=sys.stderr, flush=True)
+                    await asyncio.sleep(1.0)
+                    continue
+                task = asyncio.create_task(app.handle_connection(Connection(sock)))
+                connections.add(task)
+                task.add_done_callback(connections.discard)
+        finally:
+            for task in connections:
+                task.cancel()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -444,6 +568,8 @@ class ScriptedServer:
                 request_id=r["request_id"],
                 path=r["path"],
                 received_at=r["received_at"],
+                read_at=r["read_at"],
+                kernel_stamped=r["kernel_stamped"],
                 prompt_tokens=r["prompt_tokens"],
                 output_tokens=r["output_tokens"],
                 outcome=r["outcome"],
