@@ -7,7 +7,9 @@ and any descendant that left it. Every live process is registered: an atexit hoo
 SIGHUP handlers stop them all if the controller crashes, is killed politely or loses its
 terminal; Ctrl-C (SIGINT) raises KeyboardInterrupt whose unwinding stops them, with the atexit
 hook as a backstop. On Linux each server also gets PR_SET_PDEATHSIG=SIGKILL, so even a SIGKILLed
-controller does not leave a server behind.
+controller does not leave a server behind. A server started with nice > 0 lowers its session's
+scheduler autogroup too (`lower_session_priority`): with autogroups on, a process nice alone does
+not rank a session against the load client's.
 """
 
 from __future__ import annotations
@@ -209,9 +211,35 @@ def _preexec(nice: int) -> Callable[[], None] | None:
         if libc is not None:
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if nice:
-            os.nice(nice)
+            lower_session_priority(os.nice(nice))
 
     return in_child
+
+
+AUTOGROUP = "/proc/self/autogroup"
+
+
+def lower_session_priority(niceness: int, path: str = AUTOGROUP) -> bool:
+    """Give this process's new session (its scheduler autogroup) the nice value `niceness`.
+
+    Linux with `kernel.sched_autogroup_enabled=1` (the default of most desktop and cloud kernels)
+    schedules every session as one group, and a process's own nice value only ranks it inside its
+    group. A server started in its own session at nice 10 therefore still took a full share beside
+    the load client: the client's event loop waited 40-140 ms for a core next to a P/D pair
+    (2 cores, 2026-11-30), and its measurement was invalid. The session's autogroup nice is what
+    ranks the group. Runs in the child after setsid (plain syscalls); False where there is no
+    autogroup (disabled, not Linux) or the write is refused: the process nice still applies."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError:
+        return False
+    try:
+        os.write(fd, str(niceness).encode())
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 # --------------------------------------------------------------------------- start and stop

@@ -288,9 +288,26 @@ def test_nice_lowers_the_child_priority(tmp_path: Path) -> None:
     try:
         mine = os.getpriority(os.PRIO_PROCESS, 0)
         assert os.getpriority(os.PRIO_PROCESS, proc.pid) == min(mine + 5, 19)
+        # with scheduler autogroups (a session is one group), the group's nice is lowered too: a
+        # process nice alone does not rank the server's session against the load client's
+        autogroup = Path(f"/proc/{proc.pid}/autogroup")
+        if Path("/proc/self/autogroup").exists():
+            text = autogroup.read_text()
+            assert text.split()[-2:] == ["nice", str(min(mine + 5, 19))], text
+            assert text.split()[0] != Path("/proc/self/autogroup").read_text().split()[0]  # its own group
+        else:
+            assert not processes.lower_session_priority(5)
     finally:
         processes.stop([proc])
     assert not pid_alive(proc.pid)
+
+
+def test_session_priority_writes_the_autogroup_nice(tmp_path: Path) -> None:
+    target = tmp_path / "autogroup"
+    target.write_text("")
+    assert processes.lower_session_priority(7, str(target))
+    assert target.read_text() == "7"
+    assert not processes.lower_session_priority(7, str(tmp_path / "missing" / "autogroup"))
 
 
 ZOMBIE_LEADER = """
