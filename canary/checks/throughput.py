@@ -178,7 +178,7 @@ def _within_spread(
     windows = cfg.regression_windows
     mine = [v for run in candidate for v in window_values(run, key, windows)]
     theirs = [v for run in baseline for v in window_values(run, key, windows)]
-    if not windows or not mine or not theirs:
+    if not mine or not theirs:  # no windows configured, or too few requests on a side
         return False, ""
     if higher_is_better(key):
         best, worst = max(mine), min(theirs)

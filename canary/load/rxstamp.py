@@ -31,7 +31,7 @@ from typing import Protocol
 _GENERIC_64BIT = {"x86_64", "aarch64", "riscv64", "ppc64le", "ppc64", "s390x"}
 SO_TIMESTAMPNS: int | None = 35 if sys.platform == "linux" and platform.machine() in _GENERIC_64BIT else None
 _TIMESPEC = struct.Struct("@ll")
-ANCILLARY_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
+_ANCILLARY_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 BLOCK_SIZE = 1 << 16  # one read takes whatever has arrived (a token event is ~200 bytes)
 
 
@@ -104,6 +104,18 @@ def kernel_stamp(ancillary: list[tuple[int, int, bytes]], now: float, wall_ns: i
     return None
 
 
+def receive(sock: StampSocket, stamped: bool) -> tuple[bytes, float, float | None]:
+    """One read of whatever has arrived (up to BLOCK_SIZE): the bytes, the read's own perf_counter
+    time and, on a socket `enable`d for stamps, the kernel's receive stamp in perf_counter time
+    (None where the kernel gave none). Raises what the socket's recv raises (BlockingIOError on a
+    non-blocking socket with nothing to read)."""
+    if not stamped:
+        return sock.recv(BLOCK_SIZE), time.perf_counter(), None
+    data, ancillary, _flags, _address = sock.recvmsg(BLOCK_SIZE, _ANCILLARY_SPACE)
+    now, wall_ns = time.perf_counter(), time.time_ns()
+    return data, now, kernel_stamp(ancillary, now, wall_ns)
+
+
 class StampedLines:
     """The lines of an HTTP response body, each with the time its last byte reached this host.
 
@@ -148,13 +160,8 @@ class StampedLines:
         if sock is None:
             raise ConnectionError("connection closed before the end of the response")
         try:
-            if self.stamped:
-                data, ancillary, _flags, _address = sock.recvmsg(BLOCK_SIZE, ANCILLARY_SPACE)
-                now, wall_ns = time.perf_counter(), time.time_ns()
-                at = self._settle(now, kernel_stamp(ancillary, now, wall_ns))
-            else:
-                data = sock.recv(BLOCK_SIZE)
-                at = self._settle(time.perf_counter(), None)
+            data, now, kernel = receive(sock, self.stamped)
+            at = self._settle(now, kernel)
             response.feed(data)  # b"" tells the parser the connection ended
             if not data and not response.message_complete:
                 raise ConnectionError("connection closed before the end of the response")

@@ -45,7 +45,7 @@ from typing import Any
 if __name__ == "__main__":  # run as a file (-P): canary is importable from the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from canary.load.rxstamp import ANCILLARY_SPACE, BLOCK_SIZE, enable, keep_stamping, kernel_stamp
+from canary.load.rxstamp import enable, keep_stamping, receive
 
 READY_PREFIX = "LISTENING "
 HEAD_LIMIT = 1 << 20  # bytes of a request line + headers
@@ -194,13 +194,7 @@ class Connection:
         """Add whatever has arrived to the buffer (waiting for it); False at the end of the stream."""
         while True:
             try:
-                if self.stamped:
-                    data, ancillary, _flags, _address = self.sock.recvmsg(BLOCK_SIZE, ANCILLARY_SPACE)
-                    now, wall_ns = time.perf_counter(), time.time_ns()
-                    kernel = kernel_stamp(ancillary, now, wall_ns)
-                else:
-                    data = self.sock.recv(BLOCK_SIZE)
-                    now, kernel = time.perf_counter(), None
+                data, now, kernel = receive(self.sock, self.stamped)
                 break
             except (BlockingIOError, InterruptedError):
                 await self._readable()
