@@ -85,6 +85,13 @@ def _late(sock: socket.socket, lateness_s: float, within_s: float) -> float:
     return seen
 
 
+CLOCK_SLACK_S = 0.001
+"""A kernel stamp is CLOCK_REALTIME, converted to perf_counter time through time.time_ns(): on this
+VM (2026-12-01) one stamp in ~10 came out 0.47 ms before the bytes were written (a loopback socket
+pair, a send stamped with perf_counter just before it), while the rest were 13-32 us after: the
+realtime clock the kernel stamps with and the vDSO's disagreed by that much at times."""
+
+
 def test_a_late_client_stamps_arrival_not_its_read(server: ScriptedServer) -> None:
     server.configure(ttft_s=0.05, itl_s=0.4)
     sock, response, _ = _open_stream(server, "late", max_tokens=3)
@@ -97,7 +104,7 @@ def test_a_late_client_stamps_arrival_not_its_read(server: ScriptedServer) -> No
     assert len(got) == len(truth) == 3
     (stamp, read), *rest = got
     assert read >= seen + 0.1 and stamp <= seen, "the stamp is the late read's time, not the arrival"
-    assert 0.0 <= stamp - truth[0] <= 0.05, (stamp, truth[0])
+    assert -CLOCK_SLACK_S <= stamp - truth[0] <= 0.05, (stamp, truth[0])
     for (stamp, read), written in zip(rest, truth[1:], strict=True):
         assert written <= stamp <= read
         assert stamp - written <= 0.05
@@ -123,7 +130,7 @@ def test_inter_token_gaps_do_not_carry_the_clients_own_delays(server: ScriptedSe
     stamped = [s for s, _ in got]
     read = [r for _, r in got]
     assert stamped == sorted(stamped)
-    assert all(w - 0.0002 <= s <= r for s, r, w in zip(stamped, read, truth, strict=True))
+    assert all(w - CLOCK_SLACK_S <= s <= r for s, r, w in zip(stamped, read, truth, strict=True))
     true_gaps = _gaps(truth)
     errors = [abs(c - g) for c, g in zip(_gaps(stamped), true_gaps, strict=True)]
     read_errors = [abs(c - g) for c, g in zip(_gaps(read), true_gaps, strict=True)]
