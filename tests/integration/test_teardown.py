@@ -294,7 +294,9 @@ def test_nice_lowers_the_child_priority(tmp_path: Path) -> None:
         if Path("/proc/self/autogroup").exists():
             text = autogroup.read_text()
             assert text.split()[-2:] == ["nice", str(min(mine + 5, 19))], text
-            assert text.split()[0] != Path("/proc/self/autogroup").read_text().split()[0]  # its own group
+            # its own group: not the caller's (whose file is empty in the root autogroup, e.g. when
+            # the caller's session is init's, as in a CI container)
+            assert text.split()[0] not in Path("/proc/self/autogroup").read_text().split()[:1]
         else:
             assert not processes.lower_session_priority(5)
     finally:
