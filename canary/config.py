@@ -145,7 +145,9 @@ class Expectation(Strict):
         None,
         min_length=1,
         description="For check-fail: the checks that must all fail (e.g. [parity, accuracy]); any other "
-        "check failing still fails the cell. Unset: any failing check meets the expectation.",
+        "check failing still fails the cell, and a named check that passes makes it unexpected-pass. A named "
+        "check that does not run (disabled) or cannot judge (invalid, skipped) counts neither way; when none "
+        "of them judged, the cell is skipped (invalid if one was). Unset: any failing check meets the expectation.",
     )
 
     @model_validator(mode="after")

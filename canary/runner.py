@@ -68,11 +68,24 @@ def apply_expectation(cell: Cell, checks: list[CheckResult]) -> tuple[Verdict, s
     others = [c for c in failed if c.name not in expected]
     if others:  # a failure the expectation does not cover is never masked
         return worst([c.verdict for c in others]), "; ".join(f"{c.name}: {c.summary}" for c in others)
-    failed_names = {c.name for c in failed}
-    not_failing = [name for name in expect.failing_checks if name not in failed_names]
-    if not_failing:
-        return "unexpected-pass", f"{', '.join(not_failing)} did not fail as expected ({expect.reason})"
-    return "expected-fail", f"{expect.reason} ({reason})"
+    # Only a named check that ran and passed is evidence against the expectation. One that did not run
+    # (disabled in this run, e.g. `--set checks.parity.enabled=false`) or could not judge (invalid,
+    # skipped) is no evidence either way: turning a check off must not turn a known bug into a finding.
+    by_name = {c.name: c.verdict for c in checks}
+    passed = [name for name in expect.failing_checks if by_name.get(name) == "pass"]
+    if passed:
+        return "unexpected-pass", f"{', '.join(passed)} did not fail as expected ({expect.reason})"
+    unjudged = [
+        f"{name} ({by_name.get(name, 'not run')})"
+        for name in expect.failing_checks
+        if by_name.get(name) not in ("fail", "error")
+    ]
+    if not failed:
+        if any(by_name.get(name) == "invalid" for name in expect.failing_checks):
+            return "invalid", f"expectation not judged: {', '.join(unjudged)} ({expect.reason})"
+        return "skipped", f"expectation not judged: {', '.join(unjudged)} ({expect.reason})"
+    not_judged = f"; not judged: {', '.join(unjudged)}" if unjudged else ""
+    return "expected-fail", f"{expect.reason} ({reason}{not_judged})"
 
 
 def _error_result(name: str, exc: BaseException) -> CheckResult:

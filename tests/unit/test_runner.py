@@ -144,6 +144,45 @@ def test_unnamed_check_fail_expectation_takes_any_failure() -> None:
     assert verdict == "unexpected-pass"
 
 
+def test_a_named_check_that_could_not_judge_counts_neither_way() -> None:
+    cell = _pd_mismatch_cell(["parity", "accuracy"])
+    verdict, reason = apply_expectation(cell, [*PASSING, _check("accuracy", "fail"), _check("parity", "invalid")])
+    assert verdict == "expected-fail" and "not judged: parity (invalid)" in reason
+    verdict, reason = apply_expectation(cell, [*PASSING, _check("parity", "invalid")])
+    assert verdict == "invalid" and "expectation not judged: parity (invalid), accuracy (not run)" in reason
+    verdict, reason = apply_expectation(cell, PASSING)
+    assert verdict == "skipped" and "parity (not run), accuracy (not run)" in reason
+
+
+@pytest.mark.parametrize(
+    ("disabled", "verdict", "said"),
+    [
+        ([], "expected-fail", "parity: parity fail"),
+        (["parity"], "expected-fail", "not judged: parity (not run)"),
+        (["parity", "accuracy", "kv_transfer"], "skipped", "expectation not judged"),
+    ],
+)
+def test_turning_an_expected_check_off_is_not_an_unexpected_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, disabled: list[str], verdict: str, said: str
+) -> None:
+    """cpu-default's p32-d64 cell is expected to fail parity, accuracy and kv_transfer; a run with
+    `--set checks.parity.enabled=false` used to make it unexpected-pass and exit 1."""
+
+    def named(name: str, outcome: str) -> checks_base.CheckFn:
+        return lambda ctx: _check(name, outcome)
+
+    import canary.runner
+
+    fakes = {"startup": named("startup", "pass"), "throughput": named("throughput", "pass")}
+    fakes |= {name: named(name, "fail") for name in ("parity", "accuracy", "kv_transfer")}
+    monkeypatch.setattr(canary.runner, "registered", lambda: fakes)
+    config = load_config(CONFIGS_DIR / "cpu-default.yaml", [f"checks.{name}.enabled=false" for name in disabled])
+    run = execute(config, plan(config), tmp_path / "run", target=StandInTarget(), progress=lambda _: None)
+    cell = next(c for c in run.cells if c.cell.id == "pd.cpu_attn.p32-d64.auto.v1.baseline")
+    assert cell.verdict == verdict and said in cell.reason
+    assert [c.name for c in cell.checks if c.name in disabled] == []
+
+
 def test_check_names_in_config_match_the_runner_order() -> None:
     assert get_args(CheckName) == CHECK_ORDER
 
