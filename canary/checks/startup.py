@@ -336,12 +336,16 @@ def startup_check(ctx: CheckContext) -> CheckResult:
             evidence={"failure_class": None, "serving": False, "probe": ready.detail},
         )
     if not ctx.config.checks.startup.verify_live_config:
+        start_phases = _phases(deployment)
+        ready_evidence: dict[str, object] = {"failure_class": None, "serving": True}
+        if start_phases:
+            ready_evidence["start_phases"] = start_phases
         return CheckResult(
             name="startup",
             verdict="pass",
-            summary=_ready_summary(metrics),
+            summary=_ready_summary(metrics, start_phases),
             metrics=metrics,
-            evidence={"failure_class": None, "serving": True},
+            evidence=ready_evidence,
         )
 
     cpu = ctx.config.platform == "cpu"
@@ -423,7 +427,7 @@ def startup_check(ctx: CheckContext) -> CheckResult:
     return CheckResult(
         name="startup",
         verdict="pass",
-        summary=_ready_summary(metrics) + ", live config verified" + layout_result.summary_suffix,
+        summary=_ready_summary(metrics, start_phases) + ", live config verified" + layout_result.summary_suffix,
         metrics=metrics,
         gates=gates,
         evidence=evidence,
@@ -443,8 +447,10 @@ def _phases(deployment: Deployment) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _ready_summary(metrics: dict[str, float]) -> str:
+def _ready_summary(metrics: dict[str, float], start_phases: dict[str, dict[str, Any]]) -> str:
+    """`ready: <role> Ns, ... (slowest: <role> <phase> Ns)`: the longest phase says where a slow start went."""
     parts = [
         f"{key.removeprefix('ready_s_')} {value:.1f}s" for key, value in metrics.items() if key.startswith("ready_s_")
     ]
-    return "ready: " + ", ".join(parts) if parts else "ready"
+    slowest = startup_phases.slowest(start_phases)
+    return ("ready: " + ", ".join(parts) if parts else "ready") + (f" (slowest: {slowest})" if slowest else "")

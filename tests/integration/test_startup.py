@@ -158,6 +158,8 @@ def test_aggregated_cell_passes_with_live_config(agg_deployment: Deployment, tmp
     spans = [start["seconds"][p] for p in ("python_imports", "engine_core_start", "api_server_up", "readiness")]
     assert abs(sum(spans) + start["seconds"]["engine_init"] - start["ready_s"]) <= 4.0, start
     assert start["seconds"]["python_imports"] > 1.0, start  # torch + vLLM cannot import faster here
+    longest = max(start["seconds"], key=start["seconds"].get)
+    assert f"(slowest: aggregated {longest.replace('_', ' ')} " in result.summary, result.summary
     assert {g.name: g.passed for g in result.gates} == {
         "live-config-aggregated": True,
         "layout-kernel-block-aggregated": True,
