@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from canary.results import LATENCIES, CellResult, CheckResult, RunResult
+from canary.results import CellResult, CheckResult, RunResult
 from canary.verdicts import DEFINITIVE_FAILURES, INCONCLUSIVE_VERDICTS
 
 
@@ -140,7 +140,6 @@ DETAIL_COLUMNS: tuple[Column, ...] = (
     Column("parity", "parity", "parity_match_rate", "%"),
     Column("NIXL", "kv_transfer", "nixl_bytes_transferred", "B"),
 )
-LATENCY_KEYS: dict[str, str] = {kind: f"{kind}_p50_s" for kind in LATENCIES}
 
 
 # Evidence keys that hold engine log lines: the classified signature's excerpt, else the log tail.
