@@ -75,15 +75,12 @@ def apply_expectation(cell: Cell, checks: list[CheckResult]) -> tuple[Verdict, s
     passed = [name for name in expect.failing_checks if by_name.get(name) == "pass"]
     if passed:
         return "unexpected-pass", f"{', '.join(passed)} did not fail as expected ({expect.reason})"
-    unjudged = [
-        f"{name} ({by_name.get(name, 'not run')})"
-        for name in expect.failing_checks
-        if by_name.get(name) not in ("fail", "error")
-    ]
+    failed_names = {c.name for c in failed}
+    unjudged = [f"{n} ({by_name.get(n, 'not run')})" for n in expect.failing_checks if n not in failed_names]
     if not failed:
-        if any(by_name.get(name) == "invalid" for name in expect.failing_checks):
-            return "invalid", f"expectation not judged: {', '.join(unjudged)} ({expect.reason})"
-        return "skipped", f"expectation not judged: {', '.join(unjudged)} ({expect.reason})"
+        named = {by_name.get(name) for name in expect.failing_checks}
+        none_judged: Verdict = "invalid" if "invalid" in named else "skipped"
+        return none_judged, f"expectation not judged: {', '.join(unjudged)} ({expect.reason})"
     not_judged = f"; not judged: {', '.join(unjudged)}" if unjudged else ""
     return "expected-fail", f"{expect.reason} ({reason}{not_judged})"
 

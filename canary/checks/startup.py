@@ -335,17 +335,17 @@ def startup_check(ctx: CheckContext) -> CheckResult:
             metrics=metrics,
             evidence={"failure_class": None, "serving": False, "probe": ready.detail},
         )
+    start_phases = _phases(deployment)
+    evidence: dict[str, object] = {"failure_class": None, "serving": True}
+    if start_phases:
+        evidence["start_phases"] = start_phases
     if not ctx.config.checks.startup.verify_live_config:
-        start_phases = _phases(deployment)
-        ready_evidence: dict[str, object] = {"failure_class": None, "serving": True}
-        if start_phases:
-            ready_evidence["start_phases"] = start_phases
         return CheckResult(
             name="startup",
             verdict="pass",
             summary=_ready_summary(metrics, start_phases),
             metrics=metrics,
-            evidence=ready_evidence,
+            evidence=evidence,
         )
 
     cpu = ctx.config.platform == "cpu"
@@ -391,17 +391,9 @@ def startup_check(ctx: CheckContext) -> CheckResult:
     layout_result = judge_layouts(ctx.cell, layouts, ctx.config)
     gates += layout_result.gates
     all_mismatches += layout_result.failures
-    evidence: dict[str, object] = {
-        "failure_class": None,
-        "serving": True,
-        "live_config": live,
-        "layout": layout_result.evidence,
-    }
+    evidence |= {"live_config": live, "layout": layout_result.evidence}
     if deployment.evidence:
         evidence["deployment"] = deployment.evidence  # e.g. NIXL transport and placement, asked vs observed
-    start_phases = _phases(deployment)
-    if start_phases:
-        evidence["start_phases"] = start_phases
     if unverified:
         evidence["unverified"] = unverified
     if all_mismatches:
