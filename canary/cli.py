@@ -29,13 +29,13 @@ from rich.console import Console
 from rich.table import Table
 
 from canary.config import CanaryConfig
-from canary.config_load import load_config
+from canary.config.load import load_config
 from canary.errors import CanaryError, UsageError
-from canary.history import cli as history_cli
-from canary.matrix import Plan, plan
-from canary.results import RunResult
+from canary.export.history import cli as history_cli
+from canary.judge.results import RunResult
+from canary.plan.matrix import Plan, plan
+from canary.plan.waves import Schedule, select_night
 from canary.vllm_source import catalog_check
-from canary.waves import Schedule, select_night
 
 EXIT_OK, EXIT_FAILED_CELLS, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_BY_OUTCOME: dict[str, int] = {"ok": EXIT_OK, "failed": EXIT_FAILED_CELLS, "inconclusive": EXIT_INCONCLUSIVE}
@@ -169,7 +169,7 @@ def schedule_for(config: CanaryConfig, the_plan: Plan) -> Schedule | None:
     (exit 2) when the plan cannot finish inside the job deadline."""
     if config.target.kind != "kubernetes" or config.target.kubernetes.gpu_budget is None:
         return None
-    from canary.rotation import load_state
+    from canary.plan.rotation import load_state
 
     return select_night(the_plan.planned(), config, load_state(config).last_checked())
 
@@ -259,7 +259,7 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
     """canary run."""
-    from canary.orchestrate import dry_run, run_and_report
+    from canary.run.orchestrate import dry_run, run_and_report
 
     config, the_plan = load_plan(args)
     if args.results_dir:
@@ -280,7 +280,7 @@ def cmd_render_values(args: argparse.Namespace, console: Console) -> int:
     """canary render-values."""
     import yaml
 
-    from canary.kube_values import render_values
+    from canary.targets.kubernetes.values import render_values
 
     config, the_plan = load_plan(args)
     text = yaml.safe_dump(render_values(config, list(the_plan.planned())), sort_keys=False)
@@ -293,7 +293,7 @@ def cmd_render_values(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_serve_metrics(args: argparse.Namespace, console: Console) -> int:
     """canary serve-metrics."""
-    from canary.export.exporter import serve
+    from canary.export.prometheus.server import serve
 
     serve(Path(args.results_dir), args.host, args.port)
     return EXIT_OK

@@ -43,4 +43,4 @@ $(CHROMIUM_STAMP): $(if $(shell command -v chromium),,CHROMIUM_FORCE)
 CHROMIUM_FORCE:
 
 test-report: venv chromium-tools ## report tests: summary.html in chromium at 1400/900 px, history comparison
-	$(PY) -m pytest tests/report tests/unit/test_report*.py tests/unit/test_outcome.py $(PYTEST_ARGS)
+	$(PY) -m pytest tests/report tests/unit/export/report $(PYTEST_ARGS)

@@ -7,7 +7,7 @@
 #   make sdists        only the sha256-pinned vLLM sdist of every base release (.cache/sdist)
 #   make patch-check   every patch series of docker/images.yaml applies, in order, to the sha256-pinned
 #                      sdist of its base release (several releases; sdists cached in .cache/sdist)
-#   make image-tags    the tags `make images` builds (derived: canary/images.py, docker/images.yaml)
+#   make image-tags    the tags `make images` builds (derived: canary/images/table.py, docker/images.yaml)
 #   make images        docker build of every patched vLLM image, the router and the canary (needs Docker)
 #   make test-k8s      only the chart, image and Kubernetes-target tests
 #   make chart-files   copy the alert rules and dashboards into helm/canary/files/
@@ -34,9 +34,9 @@ VLLM_SDIST := .cache/sdist/vllm-$(VLLM_VERSION).tar.gz
 VLLM_SDIST_SHA256 := f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112
 SDIST_DIR := $(dir $(VLLM_SDIST))
 # Image key -> reference, the builds and the other releases' sdist pins: docker/images.yaml, read by
-# canary/images.py (the 0.33.0 pin above is checked equal to it by tests/images). It runs in the
+# canary/images/table.py (the 0.33.0 pin above is checked equal to it by tests/images). It runs in the
 # controller venv (make venv), which these targets do not rebuild.
-IMAGES := $(PY) -m canary.images
+IMAGES := $(PY) -m canary.images.table
 
 CANARY_IMAGE ?= vllm-canary/canary:0.1.0
 DOCKER ?= docker
@@ -125,7 +125,7 @@ docker-engine:
 	fi
 
 # Each patched image: FROM its release's upstream image, that release's pins, its series (the tag
-# and the series hash label come from canary/images.py). Build context: the repository root, kept
+# and the series hash label come from canary/images/table.py). Build context: the repository root, kept
 # small by docker/vllm-patched/Dockerfile.dockerignore.
 images: docker-engine patch-check ## build every patched vLLM image, the router and the canary image (needs Docker)
 	plan="$$($(IMAGES) build-plan)"; \

@@ -6,8 +6,8 @@
 #                            (a handful of engine starts: ~5-10 min on an idle 2-core machine)
 #   make dry-run             what `make canary` would start for every cell (commands, env), starting nothing
 
-LOCAL_TARGET_TESTS := tests/unit/test_signatures.py tests/unit/test_engine_env.py tests/unit/test_live_config.py \
-	tests/unit/test_local_target.py tests/unit/test_endpoint_target.py \
+LOCAL_TARGET_TESTS := tests/unit/targets/test_signatures.py tests/unit/targets/test_engine_env.py tests/unit/checks/startup/test_live_config.py \
+	tests/unit/targets/test_local_target.py tests/unit/targets/test_endpoint_target.py \
 	tests/integration/test_startup.py tests/integration/test_teardown.py
 
 .PHONY: test-local-target dry-run

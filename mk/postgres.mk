@@ -52,7 +52,7 @@ $(PG_STAMP): $(if $(wildcard $(PG_BINDIR)/initdb),,PG_FORCE)
 PG_FORCE:
 
 test-history: venv postgres-tools ## history tests: real PostgreSQL (tests/history) + SQLite and statistics
-	$(PY) -m pytest tests/history tests/unit/test_history*.py $(PYTEST_ARGS)
+	$(PY) -m pytest tests/history tests/unit/export/history $(PYTEST_ARGS)
 
 # Cost of history queries at 100k metric rows, SQLite and PostgreSQL (tests/bench/history_bench.py):
 # writes, one series, one run's numbers, change points of one cell, the run hook.

@@ -8,7 +8,7 @@
 #
 #   make prometheus-tools   install the binaries (part of `make setup`)
 #   make test-prometheus    integration tests against real Prometheus + Pushgateway, promtool rule tests
-#   make dashboards         regenerate configs/dashboards/*.json from canary/dashboards.py
+#   make dashboards         regenerate configs/dashboards/*.json from canary/export/prometheus/dashboards.py
 #   make alerts-check       promtool check rules + promtool test rules
 
 TOOLS ?= .cache/tools
@@ -57,10 +57,10 @@ $(PROM_STAMP): $(if $(wildcard $(PROMETHEUS_BIN)),,PROM_FORCE) $(if $(wildcard $
 PROM_FORCE:
 
 test-prometheus: venv prometheus-tools ## integration tests against real Prometheus + Pushgateway
-	$(PY) -m pytest tests/prometheus tests/unit/test_schema.py tests/unit/test_report*.py $(PYTEST_ARGS)
+	$(PY) -m pytest tests/prometheus tests/unit/export/prometheus/test_schema.py tests/unit/export/report $(PYTEST_ARGS)
 
 dashboards: venv ## regenerate configs/dashboards/*.json (commit the result)
-	$(PY) -m canary.dashboards --out configs/dashboards
+	$(PY) -m canary.export.prometheus.dashboards --out configs/dashboards
 
 alerts-check: prometheus-tools ## promtool check rules + test rules on configs/alerts
 	$(PROMTOOL_BIN) check rules configs/alerts/canary-rules.yaml

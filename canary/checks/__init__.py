@@ -1,4 +1,4 @@
-"""Checks, one module each; importing this package registers every module's check."""
+"""Checks, one folder each (`checks/<name>/check.py` registers it); importing this package registers every check."""
 
 from __future__ import annotations
 
@@ -6,5 +6,5 @@ import importlib
 import pkgutil
 
 for _module in pkgutil.iter_modules(__path__):
-    if not _module.name.startswith("_") and _module.name != "base":
-        importlib.import_module(f"{__name__}.{_module.name}")
+    if _module.ispkg:
+        importlib.import_module(f"{__name__}.{_module.name}.check")

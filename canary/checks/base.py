@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, get_args
 
-from canary.cell import Cell
 from canary.config import CanaryConfig, CheckName
-from canary.results import CellResult, CheckResult
+from canary.judge.results import CellResult, CheckResult
+from canary.plan.cell import Cell
 from canary.targets.base import Deployment
 
 CHECK_ORDER: tuple[str, ...] = get_args(CheckName)  # the order is the Literal's

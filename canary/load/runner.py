@@ -29,10 +29,10 @@ import gevent
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
+from canary.core.ports import free_port
 from canary.load import user
 from canary.load.stats import ClientHealth
 from canary.load.workload import WorkloadSpec, build_plan, share_of_plan
-from canary.ports import free_port
 
 log = logging.getLogger("canary.load")
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from canary.metric_keys import GOODPUT_REQUESTS_PER_S, OUTPUT_TOKENS_PER_S, REQUESTS_PER_S, latency_key
+from canary.core.metric_keys import GOODPUT_REQUESTS_PER_S, OUTPUT_TOKENS_PER_S, REQUESTS_PER_S, latency_key
 
 PERCENTILES = (50, 90, 99)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 
 from canary.errors import CanaryError
-from canary.results import utc_now
+from canary.judge.results import utc_now
 from canary.selftest.model import DEFAULT_CLEAN_RUNS, DEFAULT_CONFIG, FAULTS_FILE
 from canary.selftest.run import run_selftest
 from canary.selftest.table import render_table

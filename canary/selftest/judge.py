@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from canary.results import FAILING_VERDICTS, RunResult
+from canary.judge.results import FAILING_VERDICTS, RunResult
 from canary.selftest.model import FaultSpec
 
 

@@ -11,9 +11,9 @@ from pydantic import Field, PositiveInt
 
 from canary.checks.base import CHECK_ORDER
 from canary.config import CanaryConfig, CheckName, ImageSpec, Topology
+from canary.core.yaml_model import FrozenModel, load_yaml_model
 from canary.errors import ConfigError
 from canary.paths import CONFIGS_DIR, REPO_ROOT
-from canary.yaml_model import FrozenModel, load_yaml_model
 
 DEFAULT_CONFIG = CONFIGS_DIR / "selftest.yaml"
 FAULTS_FILE = REPO_ROOT / "tests" / "faults" / "faults.yaml"

@@ -1,5 +1,5 @@
 """Running the selftest: the clean runs and one run per seeded fault, through the real pipeline
-(`canary.runner.execute`), each judged as it ends."""
+(`canary.run.runner.execute`), each judged as it ends."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from canary.config import CanaryConfig
-from canary.config_load import load_config
+from canary.config.load import load_config
 from canary.errors import ConfigError
-from canary.matrix import plan
-from canary.results import RunResult, utc_now
+from canary.judge.results import RunResult, utc_now
+from canary.plan.matrix import plan
 from canary.selftest.judge import ProgressClock, judge_clean, judge_fault
 from canary.selftest.model import (
     DEFAULT_CLEAN_RUNS,
@@ -26,8 +26,8 @@ from canary.selftest.model import (
 
 
 def _execute(config: CanaryConfig, run_dir: Path, clock: ProgressClock, config_path: str) -> RunResult:
-    from canary.report import write_all
-    from canary.runner import execute
+    from canary.export.report import write_all
+    from canary.run.runner import execute
 
     run_dir.mkdir(parents=True, exist_ok=False)
     run = execute(config, plan(config), run_dir, config_path=config_path, progress=clock)
@@ -47,7 +47,7 @@ def run_selftest(
 ) -> SelftestResult:
     """Run the clean case `clean_runs` times and every (selected) fault once. `overrides` are
     `--set KEY=VALUE` overrides of the selftest config (applied to every run)."""
-    from canary.runner import default_progress
+    from canary.run.runner import default_progress
 
     say = printer or default_progress
     base = load_config(config_path, overrides)

@@ -23,7 +23,7 @@ def create_target(config: CanaryConfig) -> Target:
 
         return EndpointTarget(config)
     if kind == "kubernetes":
-        from canary.targets.kubernetes import KubernetesTarget
+        from canary.targets.kubernetes.target import KubernetesTarget
 
         return KubernetesTarget(config)  # type: ignore[no-any-return,unused-ignore]
     raise CanaryError(f"unknown target kind {kind!r}")

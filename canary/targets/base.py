@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from canary.cell import Cell
+from canary.plan.cell import Cell
 from canary.targets.engine_site.layout_probe import LOG_PREFIX as LAYOUT_LOG_PREFIX
 
 

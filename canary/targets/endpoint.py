@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from canary.cell import Cell
 from canary.config import CanaryConfig, EndpointTargetConfig
 from canary.errors import CanaryError
+from canary.plan.cell import Cell
 from canary.targets.base import Deployment, ServerInfo
 from canary.targets.readiness import wait_ready
 

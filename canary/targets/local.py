@@ -4,7 +4,7 @@ A cell becomes one aggregated server, or a prefill and a decode server joined by
 (each with its own NIXL side-channel port) plus `vllm-router` in front. Every flag comes from
 the cell (`--block-size`, `--attention-backend` (passed on every platform: that is how a silent
 fallback shows up), `--kv-cache-dtype`, the model runner through VLLM_USE_V2_MODEL_RUNNER), the
-environment is built from scratch (canary.engine_env), ports are picked at run time, logs land
+environment is built from scratch (canary.targets.engine_env), ports are picked at run time, logs land
 in the cell's log directory. Prefill and decode start together; the router starts once both are
 ready. If anything fails to come up, deploy tears everything down and still yields a Deployment
 (started=False, failure=...) so the startup check can classify the failure from the logs.
@@ -26,18 +26,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from canary.catalog import load_catalog
-from canary.cell import Cell
 from canary.config import CanaryConfig
-from canary.engine_env import LAYOUT_DIR_ENV, EngineRole, cpu_binds, engine_env, router_env
+from canary.config.catalog import load_catalog
+from canary.core.ports import free_ports
 from canary.errors import CanaryError
 from canary.model.ref import local_model_dir, resolve_model
 from canary.paths import CACHE_DIR, REPO_ROOT
-from canary.ports import free_ports
-from canary.signatures import LogWatch
+from canary.plan.cell import Cell
 from canary.targets import processes
 from canary.targets.base import Deployment, ServerInfo
+from canary.targets.engine_env import LAYOUT_DIR_ENV, EngineRole, cpu_binds, engine_env, router_env
 from canary.targets.readiness import probe, wait_ready
+from canary.targets.signatures import LogWatch
 
 ENGINE_ROLES = ("aggregated", "prefill", "decode")
 QUIET_ENDPOINTS = "/health,/metrics"
@@ -121,7 +121,7 @@ class LocalTarget:
         if series is None:
             return None
         if image_key not in self._overlays:
-            from canary.overlay import build_overlay
+            from canary.images.overlay import build_overlay
 
             path = _as_absolute(series)
             if not path.is_file():
@@ -289,7 +289,7 @@ class LocalTarget:
             builds[key] = EngineBuild(python, (f"$OVERLAY_OF({series})",) if series else ())
             if series:
                 notes.append(
-                    f"{series} is applied to a copy of the engine's vllm (canary.overlay), first on PYTHONPATH"
+                    f"{series} is applied to a copy of the engine's vllm (canary.images.overlay), first on PYTHONPATH"
                 )
         try:
             model_path = resolve_model(cell.model_source, self.cache_dir)

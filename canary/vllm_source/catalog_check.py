@@ -25,12 +25,12 @@ from typing import Any
 
 import yaml
 
+from canary.core.yaml_model import parse_yaml, read_text
 from canary.errors import CanaryError, ConfigError
 from canary.paths import BACKENDS_CATALOG
 from canary.vllm_source.backends import DerivedBackend, KernelBlocks, derive_backends
 from canary.vllm_source.pyast import Known, Unknown
 from canary.vllm_source.tree import SourceTree, load_installed, load_sdist, pinned
-from canary.yaml_model import parse_yaml, read_text
 
 CPU_PLATFORM = "cpu"
 DERIVED_PREFIX = "# derived from: "

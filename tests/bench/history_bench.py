@@ -34,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 from pgserver import throwaway_server
 
 from canary.config import HistoryConfig
-from canary.history.findings import find_changes
-from canary.history.record import annotate
-from canary.history.rows import RunRows, flatten
-from canary.history.store import HistoryStore, open_store
+from canary.export.history.findings import find_changes
+from canary.export.history.record import annotate
+from canary.export.history.rows import RunRows, flatten
+from canary.export.history.store import HistoryStore, open_store
 from tests.support.synth import DEFAULT_SLOW, synth_run
 
 

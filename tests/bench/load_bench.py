@@ -38,11 +38,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from canary import promtext  # noqa: E402
+from canary.core import promtext  # noqa: E402
+from canary.core.ports import free_port  # noqa: E402
 from canary.load.launch import LoadResult, run_load, token_pool, wait_ready  # noqa: E402
 from canary.load.stats import percentile  # noqa: E402
 from canary.load.workload import WorkloadSpec  # noqa: E402
-from canary.ports import free_port  # noqa: E402
 from tests.support.scripted_server import ScriptedServer  # noqa: E402
 
 SHIM = Path(__file__).with_name("vllm_bench_shim.py")

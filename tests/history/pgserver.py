@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from canary.ports import free_port
+from canary.core.ports import free_port
 
 
 class ServerUnavailable(RuntimeError):

@@ -11,12 +11,12 @@ import pytest
 
 from canary.cli import main
 from canary.config import HistoryConfig
-from canary.history.compare import compare_runs
-from canary.history.findings import find_changes
-from canary.history.importer import import_paths
-from canary.history.record import record_run
-from canary.history.rows import MetricRow, flatten
-from canary.history.store import open_store
+from canary.export.history.compare import compare_runs
+from canary.export.history.findings import find_changes
+from canary.export.history.importer import import_paths
+from canary.export.history.record import record_run
+from canary.export.history.rows import MetricRow, flatten
+from canary.export.history.store import open_store
 from tests.support.synth import DEFAULT_SLOW, synth_history, synth_run
 
 pytestmark = pytest.mark.postgres

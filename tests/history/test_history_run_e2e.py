@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from canary import cli, runner
-from canary.cell import Cell
+from canary import cli
 from canary.config import CanaryConfig
-from canary.history.store import open_store
+from canary.export.history.store import open_store
+from canary.judge.results import RunResult
 from canary.paths import CONFIGS_DIR
-from canary.results import RunResult
+from canary.plan.cell import Cell
+from canary.run import runner
 from canary.targets.base import Deployment
 from tests.support.scripted_server import ScriptedServer
 

@@ -1,4 +1,4 @@
-"""One source of truth for image key -> reference (canary/images.py over docker/images.yaml): the
+"""One source of truth for image key -> reference (canary/images/table.py over docker/images.yaml): the
 tags `make images` builds, the refs configs and `canary render-values` use, the chart's router
 default, and the pins of every base release checked against that release's own sdist.
 
@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
-from canary import images
 from canary.config import ImageSpec
-from canary.config_load import load_config, validate_config
+from canary.config.load import load_config, validate_config
 from canary.errors import ConfigError
-from canary.patchseries import read_series, series_hash
+from canary.images import table as images
+from canary.images.patchseries import read_series, series_hash
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
@@ -68,7 +68,8 @@ def test_image_tags_are_derived_from_release_and_series_hash() -> None:
 def test_the_build_plan_feeds_the_dockerfile_what_the_release_pins() -> None:
     catalog = images.load_image_catalog()
     rows = [
-        line.split("\t") for line in _run(".venv/bin/python", "-m", "canary.images", "build-plan").stdout.splitlines()
+        line.split("\t")
+        for line in _run(".venv/bin/python", "-m", "canary.images.table", "build-plan").stdout.splitlines()
     ]
     assert len(rows) == len(catalog.patched)
     for (ref, base, release, series, sha, flashinfer, nixl), entry in zip(rows, catalog.patched, strict=True):

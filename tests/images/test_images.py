@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from canary.patchseries import read_series, series_hash
+from canary.images.patchseries import read_series, series_hash
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from canary.cell import RISK_COMPRESSED_CACHE, Cell
 from canary.config import CompressedCache
-from canary.config_load import load_config, validate_config
-from canary.matrix import plan
-from canary.signatures import classify
+from canary.config.load import load_config, validate_config
+from canary.plan.cell import RISK_COMPRESSED_CACHE, Cell
+from canary.plan.matrix import plan
+from canary.targets.signatures import classify
 
 REPO = Path(__file__).resolve().parents[2]
 SDIST_DIR = REPO / ".cache" / "sdist"

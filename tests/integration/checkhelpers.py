@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 from canary.checks.base import CheckContext
 from canary.config import CanaryConfig
-from canary.config_load import validate_config
-from canary.results import CellResult
+from canary.config.load import validate_config
+from canary.judge.results import CellResult
 from canary.targets.base import Deployment
 
 

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from canary.cell import Cell
 from canary.config import CanaryConfig, Runner, Topology
-from canary.config_load import apply_override, parse_override, validate_config
-from canary.matrix import plan
+from canary.config.load import apply_override, parse_override, validate_config
 from canary.paths import CACHE_DIR
+from canary.plan.cell import Cell
+from canary.plan.matrix import plan
 from canary.targets.base import Deployment
 from canary.targets.local import LocalTarget
 from canary.targets.processes import tail

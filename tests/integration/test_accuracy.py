@@ -27,10 +27,11 @@ from typing import Any
 import pytest
 from checkhelpers import StandInPdRouter, check_context, served_cell_config, stand_in_router
 
-from canary.checks import accuracy, parity
+from canary.checks.accuracy import check as accuracy
+from canary.checks.parity import check as parity
 from canary.config import CanaryConfig
+from canary.judge.results import CellResult, CheckResult
 from canary.paths import REPO_ROOT
-from canary.results import CellResult, CheckResult
 from canary.targets.base import Deployment
 
 pytestmark = pytest.mark.engine

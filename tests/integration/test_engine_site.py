@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from canary import overlay
-from canary.engine_env import ENGINE_SITE_DIR, NIXL_PROGRESS_DELAY_ENV
+from canary.images import overlay
 from canary.paths import DEFAULT_ENGINE_PYTHON
 from canary.targets.base import Deployment
+from canary.targets.engine_env import ENGINE_SITE_DIR, NIXL_PROGRESS_DELAY_ENV
 from canary.targets.processes import descendants
 
 PROBE = """
@@ -42,7 +42,7 @@ def _probe(delay: str | None) -> list[str]:
 
 
 def test_overlay_probe_finds_the_engine_package_without_importing_it() -> None:
-    """canary.overlay against the real engine venv (the unit tests cover its error paths)."""
+    """canary.images.overlay against the real engine venv (the unit tests cover its error paths)."""
     engine = overlay.probe_engine(DEFAULT_ENGINE_PYTHON)
     assert (engine.package_dir / "__init__.py").is_file()
     assert engine.package_dir.name == "vllm" and "site-packages" in str(engine.package_dir)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from canary.results import RunResult
+from canary.judge.results import RunResult
 from canary.selftest.model import DEFAULT_CONFIG
 from canary.selftest.run import run_selftest
 

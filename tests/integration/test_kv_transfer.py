@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from checkhelpers import StandInPdRouter, check_context, served_cell_config, stand_in_router
 
-from canary.checks import accuracy, kv_transfer
+from canary.checks.accuracy import check as accuracy
 from canary.checks.base import run_before_checks
+from canary.checks.kv_transfer import check as kv_transfer
 from canary.config import CanaryConfig
 from canary.targets.base import Deployment
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from canary.checks.layout import judge_transfers
-from canary.checks.startup import startup_check
-from canary.promtext import first, scrape
+from canary.checks.startup.check import startup_check
+from canary.checks.startup.layout import judge_transfers
+from canary.core.promtext import first, scrape
 from canary.targets.base import Deployment
 from tests.integration.checkhelpers import check_context
 

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from canary.checks.base import CheckContext
-from canary.checks.startup import startup_check
+from canary.checks.startup.check import startup_check
 from canary.config import CanaryConfig
-from canary.promtext import scrape, total
-from canary.results import CheckResult
-from canary.runner import apply_expectation
+from canary.core.promtext import scrape, total
+from canary.judge.expectations import apply_expectation
+from canary.judge.results import CheckResult
 from canary.targets.base import Deployment
 from canary.targets.endpoint import EndpointTarget
 from canary.targets.processes import group_members, pid_alive

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from canary.core.ports import ephemeral_range, free_ports, port_in_use
+from canary.core.promtext import scrape, total
 from canary.paths import REPO_ROOT
-from canary.ports import ephemeral_range, free_ports, port_in_use
-from canary.promtext import scrape, total
 from canary.targets import processes
 from canary.targets.processes import descendants, group_members, pid_alive
 
@@ -237,8 +237,8 @@ ENGINE_CONTROLLER = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from canary.config_load import validate_config
-    from canary.matrix import plan
+    from canary.config.load import validate_config
+    from canary.plan.matrix import plan
     from canary.targets.local import LocalTarget
     config = validate_config(json.loads(sys.argv[2]), "test")
     cell = plan(config).planned()[0]

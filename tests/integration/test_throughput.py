@@ -26,16 +26,16 @@ from pathlib import Path
 
 import pytest
 
-from canary import promtext
-from canary.cell import Cell
 from canary.checks.base import CheckContext
-from canary.checks.throughput import master_args, throughput_check
+from canary.checks.throughput.check import master_args, throughput_check
 from canary.config import CanaryConfig, ThroughputCheckConfig
-from canary.config_load import load_config
+from canary.config.load import load_config
+from canary.core import promtext
+from canary.core.ports import free_ports
 from canary.load.launch import LoadResult, run_load, token_pool
 from canary.load.stats import Sample, percentile
 from canary.load.workload import WorkloadSpec
-from canary.ports import free_ports
+from canary.plan.cell import Cell
 from canary.targets.base import Deployment
 from tests.support import burner
 from tests.support.scripted_server import ScriptedServer

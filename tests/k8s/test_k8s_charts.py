@@ -31,10 +31,10 @@ from k8s_helpers import (
     validate,
 )
 
-from canary.config_load import validate_config
-from canary.images import router_ref
-from canary.kube_values import render_values
-from canary.matrix import plan
+from canary.config.load import validate_config
+from canary.images.table import router_ref
+from canary.plan.matrix import plan
+from canary.targets.kubernetes.values import render_values
 
 VLLM_PD_CI = sorted((CHARTS / "vllm-pd" / "ci").glob("*.yaml"))
 CANARY_CI = sorted((CHARTS / "canary" / "ci").glob("*.yaml"))
@@ -76,7 +76,7 @@ def helm_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def small_matrix_values(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    """vllm-pd values rendered by canary.kube_values from SMALL_MATRIX."""
+    """vllm-pd values rendered by canary.targets.kubernetes.values from SMALL_MATRIX."""
     config = validate_config(SMALL_MATRIX, "SMALL_MATRIX")
     values = render_values(config, list(plan(config).planned()))
     path = tmp_path_factory.mktemp("values") / "small-matrix-values.yaml"

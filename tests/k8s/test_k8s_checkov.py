@@ -11,9 +11,9 @@ import pytest
 import yaml
 from k8s_helpers import CHARTS, REPO, checkov_bin, render
 
-from canary.config_load import validate_config
-from canary.kube_values import render_values
-from canary.matrix import plan
+from canary.config.load import validate_config
+from canary.plan.matrix import plan
+from canary.targets.kubernetes.values import render_values
 
 CHECKOV_CONFIG = REPO / "tests" / "k8s" / "checkov.yaml"
 # Resource-scoped skips allowed in the charts (reason in a checkov.io/skipN annotation).

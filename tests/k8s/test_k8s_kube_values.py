@@ -1,4 +1,4 @@
-"""canary.kube_values: planned cells -> vllm-pd values, and the errors that keep a matrix that
+"""canary.targets.kubernetes.values: planned cells -> vllm-pd values, and the errors that keep a matrix that
 cannot run on Kubernetes from reaching helm."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import pytest
 import yaml
 from k8s_helpers import REPO
 
-from canary.config_load import validate_config
-from canary.images import router_ref
-from canary.kube_values import KubeValuesError, render_values, router_image
-from canary.matrix import plan
-from canary.patchseries import read_series, series_hash
+from canary.config.load import validate_config
+from canary.images.patchseries import read_series, series_hash
+from canary.images.table import router_ref
+from canary.plan.matrix import plan
+from canary.targets.kubernetes.values import KubeValuesError, render_values, router_image
 
 BASE: dict[str, Any] = {
     "version": 1,

@@ -19,10 +19,10 @@ import yaml
 from k8s_helpers import CHARTS, REPO, by_kind, env_of, load_crd_schemas, named, render, validate
 from test_k8s_charts import SMALL_MATRIX
 
-from canary.config_load import validate_config
-from canary.kube_values import render_values
-from canary.matrix import plan
+from canary.config.load import validate_config
+from canary.plan.matrix import plan
 from canary.targets.base import ServerInfo
+from canary.targets.kubernetes.values import render_values
 
 MIXED = copy.deepcopy(SMALL_MATRIX)
 MIXED["matrix"]["include"] = [

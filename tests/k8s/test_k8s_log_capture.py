@@ -11,9 +11,9 @@ import pytest
 from kmock_cluster import KmockCluster, kmock_cluster
 
 from canary.config import CanaryConfig
-from canary.config_load import validate_config
-from canary.targets.kube_state import PodState
-from canary.targets.kubernetes import STARTUP_COMPLETE, KubernetesTarget
+from canary.config.load import validate_config
+from canary.targets.kubernetes.state import PodState
+from canary.targets.kubernetes.target import STARTUP_COMPLETE, KubernetesTarget
 
 NAMESPACE = "gpu"
 STARTUP = [

@@ -1,7 +1,7 @@
 """NIXL transport and P/D placement, from the config to the pods (issue 11, point 5).
 
 target.kubernetes.nixl (placement same-node | cross-node, UCX_TLS) is validated by the config
-model, rendered per P/D cell by canary.kube_values, and turned by helm/vllm-pd into UCX_TLS and a
+model, rendered per P/D cell by canary.targets.kubernetes.values, and turned by helm/vllm-pd into UCX_TLS and a
 required pod (anti-)affinity of decode to its prefill pod. Every GPU config is rendered through the
 real helm and validated strictly. Also: every vLLM server is launched with
 --disable-access-log-for-endpoints, so probes and scrapes do not push the startup lines out of the
@@ -30,10 +30,10 @@ from k8s_helpers import (
 )
 
 from canary.config import DEFAULT_UCX_TLS, CanaryConfig
-from canary.config_load import load_config, validate_config
+from canary.config.load import load_config, validate_config
 from canary.errors import ConfigError
-from canary.kube_values import render_values
-from canary.matrix import plan
+from canary.plan.matrix import plan
+from canary.targets.kubernetes.values import render_values
 
 GPU_CONFIGS = {
     "h200-mrv2-pd": ("same-node", "cuda_copy,cuda_ipc,rc"),
@@ -196,7 +196,7 @@ def _assert_placed(docs: list[dict[str, Any]], placement: str, tls: str, *, pd_c
 def test_each_gpu_config_renders_valid_manifests_with_its_placement(
     name: str, tmp_path: Path, helm_home: Path, crds: dict[tuple[str, str], dict[str, Any]]
 ) -> None:
-    """The whole matrix of each GPU config, through canary.kube_values and the real helm; every P/D
+    """The whole matrix of each GPU config, through canary.targets.kubernetes.values and the real helm; every P/D
     cell placed and given its transport as the config says. Strict validation (Kubernetes 1.33)
     covers the shared objects and one cell of every (topology, image, backend, runner, KV dtype):
     the other cells differ from those only in block-size values (validating all of h200-mrv2-pd's

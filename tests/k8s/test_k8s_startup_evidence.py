@@ -35,15 +35,15 @@ import yaml
 from k8s_helpers import REPO
 from kmock_cluster import KmockCluster, kmock_cluster
 
-from canary.cell import Cell
 from canary.checks.base import CheckContext
-from canary.checks.startup import startup_check
+from canary.checks.startup.check import startup_check
 from canary.config import CanaryConfig
-from canary.config_load import validate_config
-from canary.matrix import plan
-from canary.results import CellResult
-from canary.runner import execute
-from canary.targets.kubernetes import STARTUP_COMPLETE, KubernetesTarget
+from canary.config.load import validate_config
+from canary.judge.results import CellResult
+from canary.plan.cell import Cell
+from canary.plan.matrix import plan
+from canary.run.runner import execute
+from canary.targets.kubernetes.target import STARTUP_COMPLETE, KubernetesTarget
 
 NAMESPACE = "gpu"
 RELEASE = "vllm-pd"

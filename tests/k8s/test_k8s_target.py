@@ -13,14 +13,14 @@ import pytest
 import yaml
 from kmock_cluster import KmockCluster, kmock_cluster
 
-from canary.cell import Cell
 from canary.checks.base import CheckContext
-from canary.checks.startup import startup_check
+from canary.checks.startup.check import startup_check
 from canary.config import CanaryConfig
-from canary.config_load import validate_config
-from canary.matrix import plan
-from canary.signatures import classify
-from canary.targets.kubernetes import KubernetesTarget, KubernetesTargetError
+from canary.config.load import validate_config
+from canary.plan.cell import Cell
+from canary.plan.matrix import plan
+from canary.targets.kubernetes.target import KubernetesTarget, KubernetesTargetError
+from canary.targets.signatures import classify
 
 NAMESPACE = "gpu"
 RELEASE = "vllm-pd"

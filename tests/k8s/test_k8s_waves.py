@@ -19,14 +19,14 @@ from k8s_helpers import CHARTS, by_kind, helm_bin, load_crd_schemas, render, val
 from kmock_cluster import KmockCluster, kmock_cluster
 
 from canary.config import CanaryConfig, KubernetesTargetConfig
-from canary.config_load import validate_config
-from canary.matrix import Plan, plan
-from canary.rotation import load_state
-from canary.targets.kube_names import LABEL_MANAGED, MANAGED_VALUE
-from canary.targets.kube_waves import RESOURCES, WaveDeployer, gpu_requests
-from canary.targets.kubernetes import KubernetesTarget
-from canary.wave_run import execute_waves
-from canary.waves import select_night
+from canary.config.load import validate_config
+from canary.plan.kube_names import LABEL_MANAGED, MANAGED_VALUE
+from canary.plan.matrix import Plan, plan
+from canary.plan.rotation import load_state
+from canary.plan.waves import select_night
+from canary.run.wave_run import execute_waves
+from canary.targets.kubernetes.target import KubernetesTarget
+from canary.targets.kubernetes.waves import RESOURCES, WaveDeployer, gpu_requests
 
 NAMESPACE = "gpu"
 RELEASE = "vllm-pd"
@@ -256,7 +256,7 @@ def test_waves_stay_inside_the_gpu_budget_tear_down_and_resume_the_rotation(clus
     covered = {c.cell.id: c for c in first.coverage}
     assert set(covered) == {c.id for c in planned}
     assert {i for i, c in covered.items() if c.this_run} == set(night1)
-    from canary.export.schema import CELL_LAST_CHECKED, samples
+    from canary.export.prometheus.schema import CELL_LAST_CHECKED, samples
 
     ages = [s for s in samples(first) if s.name == CELL_LAST_CHECKED.name]
     assert {s.labels["cell"] for s in ages} == set(night1)

@@ -26,8 +26,8 @@ from promhelpers import (
     wait_until,
 )
 
-from canary.export.exporter import make_server
-from canary.ports import free_port
+from canary.core.ports import free_port
+from canary.export.prometheus.server import make_server
 
 
 def _prometheus_config(pushgateway_port: int, exporter_port: int) -> str:

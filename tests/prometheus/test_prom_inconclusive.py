@@ -20,14 +20,15 @@ from pathlib import Path
 import pytest
 from promhelpers import JOB, PromStack, http_get
 
-from canary import cli, runner
-from canary.cell import Cell
+from canary import cli
 from canary.config import CanaryConfig
-from canary.export import schema as s
+from canary.export.prometheus import schema as s
+from canary.judge.results import RunResult
+from canary.judge.verdicts import OUTCOME_CODES
 from canary.paths import CONFIGS_DIR
-from canary.results import RunResult
+from canary.plan.cell import Cell
+from canary.run import runner
 from canary.targets.base import Deployment
-from canary.verdicts import OUTCOME_CODES
 from tests.support.scripted_server import ScriptedServer
 
 pytestmark = pytest.mark.prometheus

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from promhelpers import RULES, binary, dashboard_queries, interpolate
 
-from canary import dashboards
-from canary.export.schema import exposition
+from canary.export.prometheus import dashboards
+from canary.export.prometheus.schema import exposition
 from canary.paths import REPO_ROOT
 from tests.support.sample import sample_run
 
@@ -90,6 +90,7 @@ def test_the_exposition_passes_promtool_check_metrics() -> None:
 def test_committed_dashboards_are_fresh() -> None:
     committed = {p.name: p.read_text() for p in (REPO_ROOT / "configs" / "dashboards").glob("*.json")}
     generated = {r.filename: r.text for r in dashboards.render_all()}
-    assert set(committed) == set(generated), "regenerate: python -m canary.dashboards --out configs/dashboards"
+    regenerate = "python -m canary.export.prometheus.dashboards --out configs/dashboards"
+    assert set(committed) == set(generated), f"regenerate: {regenerate}"
     for name, text in generated.items():
-        assert committed[name] == text, f"{name} is stale: python -m canary.dashboards --out configs/dashboards"
+        assert committed[name] == text, f"{name} is stale: {regenerate}"

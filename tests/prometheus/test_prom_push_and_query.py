@@ -28,11 +28,11 @@ from promhelpers import (
     without_identity,
 )
 
-from canary.export import export_run
-from canary.export import schema as s
-from canary.history.tracked import TRACKED
-from canary.results import CellResult, RunResult
-from canary.verdicts import DEFINITIVE_FAILURES
+from canary.export.history.tracked import TRACKED
+from canary.export.prometheus import schema as s
+from canary.export.prometheus.publish import export_run
+from canary.judge.results import CellResult, RunResult
+from canary.judge.verdicts import DEFINITIVE_FAILURES
 from tests.support.sample import sample_run, with_drift
 
 pytestmark = pytest.mark.prometheus

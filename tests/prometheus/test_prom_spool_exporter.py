@@ -18,11 +18,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from promhelpers import JOB, PromStack, config_for, http_get
 
-from canary.export import export_run, spool_dir
-from canary.export import schema as s
-from canary.export.pushgateway import Gateway, Spool, push_run
-from canary.report import point_latest, write_all
-from canary.results import RunResult
+from canary.export.prometheus import schema as s
+from canary.export.prometheus.publish import export_run, spool_dir
+from canary.export.prometheus.pushgateway import Gateway, Spool, push_run
+from canary.export.report import point_latest, write_all
+from canary.judge.results import RunResult
 from tests.support.sample import sample_run
 
 pytestmark = pytest.mark.prometheus

@@ -1,6 +1,6 @@
 """A realistic run with a history, for the report tests: the sample run (tests/support/sample.py: the
 CPU matrix with a candidate image) as tonight's run, seven earlier nights of it written into a real
-SQLite history (canary.history.store, as `canary run` writes it), and the trends read back.
+SQLite history (canary.export.history.store, as `canary run` writes it), and the trends read back.
 
 What the nights show (1 = oldest, 8 = tonight):
 - every number moves a few percent from night to night;
@@ -19,11 +19,11 @@ import datetime as dt
 import math
 from pathlib import Path
 
-from canary.history.rows import flatten
-from canary.history.store import open_store
-from canary.report.trends import Trends, read_trends
-from canary.results import CheckResult, RunResult
-from canary.runner import apply_expectation
+from canary.export.history.rows import flatten
+from canary.export.history.store import open_store
+from canary.export.report.trends import Trends, read_trends
+from canary.judge.expectations import apply_expectation
+from canary.judge.results import CheckResult, RunResult
 from tests.support.sample import QUESTIONS, sample_run, wilson
 
 TONIGHT = dt.datetime(2026, 11, 30, 2, 0, tzinfo=dt.UTC)

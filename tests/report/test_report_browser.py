@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from reporthistory import with_history
 
-from canary.report import write_all
+from canary.export.report import write_all
 
 WIDTHS = (1400, 900)
 HEIGHT = 2200

@@ -1,5 +1,5 @@
-"""The reports compare a run with its history (canary.report.trends, read from a real SQLite history
-written by canary.history.store): the banner says why, each cell shows its change against the
+"""The reports compare a run with its history (canary.export.report.trends, read from a real SQLite history
+written by canary.export.history.store): the banner says why, each cell shows its change against the
 previous and the last good run and sparklines, the grid links to each cell's details, one GSM8K
 column, plots that hatch invalid or corrupted cells instead of scaling to them, and data colours
 that are not verdict colours. Without a history every cell says "no previous run"."""
@@ -14,16 +14,16 @@ import pytest
 import reporthistory as h
 
 from canary.config import HistoryConfig
-from canary.history import plot
-from canary.history.rows import flatten
-from canary.history.store import open_store
-from canary.report import html, markdown, write_all
-from canary.report.grid import anchor
-from canary.report.outcome import headline, not_passing
-from canary.report.svg import DATA_COLORS, NOT_TO_SCALE_FILL, NOT_TO_SCALE_STROKE, REFERENCE_COLOR
-from canary.report.trends import NO_PREVIOUS, Trends, load_trends, read_trends
-from canary.results import RunResult
-from canary.verdicts import VERDICT_COLOR
+from canary.core.svg import DATA_COLORS, NOT_TO_SCALE_FILL, NOT_TO_SCALE_STROKE, REFERENCE_COLOR
+from canary.export.history import plot
+from canary.export.history.rows import flatten
+from canary.export.history.store import open_store
+from canary.export.report import html, markdown, write_all
+from canary.export.report.grid import anchor
+from canary.export.report.outcome import headline, not_passing
+from canary.export.report.trends import NO_PREVIOUS, Trends, load_trends, read_trends
+from canary.judge.results import RunResult
+from canary.judge.verdicts import VERDICT_COLOR
 from tests.support.sample import sample_run
 
 

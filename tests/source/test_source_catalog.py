@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from canary.catalog import load_catalog
+from canary.config.catalog import load_catalog
 from canary.paths import BACKENDS_CATALOG
 from canary.vllm_source import catalog_check
 from canary.vllm_source.backends import KernelBlocks, derive_backends

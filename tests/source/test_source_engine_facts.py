@@ -110,9 +110,9 @@ def test_metric_is_defined_in_vllm(sdist: SourceTree, name: str) -> None:
 
 
 def test_prompt_token_sources_are_vllm_label_values(sdist: SourceTree) -> None:
-    text = (REPO_ROOT / "canary" / "checks" / "kv_transfer.py").read_text()
+    text = (REPO_ROOT / "canary" / "checks" / "kv_transfer" / "check.py").read_text()
     sources = set(re.findall(r'source="([a-z_]+)"', text))
-    assert sources, "canary/checks/kv_transfer.py reads no prompt_tokens_by_source label"
+    assert sources, "canary/checks/kv_transfer/check.py reads no prompt_tokens_by_source label"
     for source in sorted(sources):
         assert string_constants(sdist, source, "vllm/v1/metrics/"), f"{source}: not a label value in vllm/v1/metrics/"
 
@@ -125,7 +125,7 @@ def test_a_made_up_metric_is_not_found(sdist: SourceTree) -> None:
 
 
 def _labels_the_canary_reads() -> set[str]:
-    tree = ast.parse((REPO_ROOT / "canary" / "checks" / "startup.py").read_text())
+    tree = ast.parse((REPO_ROOT / "canary" / "checks" / "startup" / "check.py").read_text())
     return {
         node.args[0].value
         for node in ast.walk(tree)

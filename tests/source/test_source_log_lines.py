@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from canary.checks import startup
-from canary.targets import kubernetes
+from canary.checks.startup import check as startup
+from canary.targets.kubernetes import target as kubernetes
 from canary.vllm_source.messages import Template, matching, templates
 from canary.vllm_source.tree import ENGINE_VLLM, SourceTree
 
-# regex name in canary/checks/startup.py -> (needle in the message, file it must come from, expected groups)
+# regex name in canary/checks/startup/check.py -> (needle in the message, file it must come from, expected groups)
 STARTUP_REGEXES: dict[str, list[tuple[str, str, tuple[str, ...]]]] = {
     "_USING_BACKEND": [
         ("attention backend out of potential backends", "vllm/platforms/cuda.py", ("FLASHINFER",)),
@@ -52,12 +52,12 @@ def _hits_in(tree: SourceTree, regex: re.Pattern[str], needle: str, path: str) -
 )
 def test_startup_regex_matches_what_vllm_prints(sdist: SourceTree, name: str, case: int) -> None:
     regex = getattr(startup, name)
-    assert isinstance(regex, re.Pattern), f"canary/checks/startup.py {name} is no longer a compiled regex"
+    assert isinstance(regex, re.Pattern), f"canary/checks/startup/check.py {name} is no longer a compiled regex"
     needle, path, groups = STARTUP_REGEXES[name][case]
     found, _ = _hits_in(sdist, regex, needle, path)
     assert found, f"{path}: no message containing {needle!r} in {sdist.label} (the line the canary reads is gone)"
     hits = matching(regex, found)
-    assert hits, f"canary/checks/startup.py {name} /{regex.pattern}/ matches none of " + "; ".join(
+    assert hits, f"canary/checks/startup/check.py {name} /{regex.pattern}/ matches none of " + "; ".join(
         f"{t.where()}: {t.literal!r}" for t in found
     )
     if groups:
@@ -102,7 +102,7 @@ def test_application_startup_complete_is_uvicorns_line() -> None:
     uvicorn = load_installed_package(site / "uvicorn", "uvicorn")
     found = templates(uvicorn, kubernetes.STARTUP_COMPLETE, prefix="uvicorn/")
     assert any(t.literal == kubernetes.STARTUP_COMPLETE for t in found), (
-        f"uvicorn in {site} no longer logs {kubernetes.STARTUP_COMPLETE!r}: canary/targets/kubernetes.py "
+        f"uvicorn in {site} no longer logs {kubernetes.STARTUP_COMPLETE!r}: canary/targets/kubernetes/target.py "
         "STARTUP_COMPLETE bounds the startup log read"
     )
 

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from canary.paths import REPO_ROOT
-from canary.signatures import Signature, load_signatures
+from canary.targets.signatures import Signature, load_signatures
 from canary.vllm_source.messages import literal_needle, matching, templates
 from canary.vllm_source.tree import SourceTree
 

@@ -1,5 +1,5 @@
 """A CPU burner outside the test's process tree: the shape of a test suite or a compiler running
-beside the canary (for canary/hostload.py's foreign-CPU gate)."""
+beside the canary (for canary/checks/throughput/hostload.py's foreign-CPU gate)."""
 
 from __future__ import annotations
 

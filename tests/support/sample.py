@@ -23,13 +23,13 @@ from pathlib import Path
 
 import yaml
 
-from canary.cell import Cell
 from canary.config import CanaryConfig
-from canary.config_load import validate_config
-from canary.history.tracked import TRACKED
-from canary.matrix import plan
-from canary.results import CellCoverage, CellResult, CheckResult, Gate, RunResult
-from canary.runner import apply_expectation
+from canary.config.load import validate_config
+from canary.export.history.tracked import TRACKED
+from canary.judge.expectations import apply_expectation
+from canary.judge.results import CellCoverage, CellResult, CheckResult, Gate, RunResult
+from canary.plan.cell import Cell
+from canary.plan.matrix import plan
 
 SAMPLE_CONFIG = """
 version: 1
@@ -128,7 +128,7 @@ def _throughput(cell: Cell, rps: float, baseline_rps: float | None) -> CheckResu
         ratio = rps / baseline_rps
         passed = ratio >= 0.8
         verdict = "pass" if passed else "fail"
-        if not passed:  # the history found the drop too (canary.history)
+        if not passed:  # the history found the drop too (canary.export.history)
             metrics[TRACKED["output_tokens_per_s"]] = round(1.0 - ratio, 6)
         gates.append(
             Gate(
@@ -377,7 +377,7 @@ def sample_run(finished_at: dt.datetime | None = None, run_id: str | None = None
 
 def main(argv: list[str]) -> int:
     """Write every result file of the sample run into argv[0]."""
-    from canary.report import write_all
+    from canary.export.report import write_all
 
     if len(argv) != 1:
         print("usage: python -m tests.support.sample OUT_DIR", file=sys.stderr)

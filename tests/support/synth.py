@@ -1,7 +1,7 @@
 """Synthesized runs for tests, the history benchmark and demos: results.json files built with the
 result models, whose throughput numbers come from per-request samples through the real load
 statistics (canary.load.stats.summarize) and whose per-request gates run the real judgement
-(canary.stats_gate).
+(canary.judge.request_tests).
 
 Every run holds three aggregated CPU cells (block sizes 16, 32, 128), each on the baseline image
 and on the candidate image. A closed loop of `users` users sends `requests`
@@ -19,11 +19,11 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
-from canary.cell import Cell
 from canary.config import PerRequestTestConfig
+from canary.judge.request_tests import apply_family_control, per_request_gates
+from canary.judge.results import CellResult, CheckResult, RunResult
 from canary.load.stats import Sample, summarize
-from canary.results import CellResult, CheckResult, RunResult
-from canary.stats_gate import apply_family_control, per_request_gates
+from canary.plan.cell import Cell
 
 DEFAULT_SLOW = ("agg.cpu_attn.b32.auto.v1.candidate",)
 OUTPUT_TOKENS = 32

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from canary.config_reference import embed
+from canary.config.reference import embed
 from canary.paths import REPO_ROOT
 
 
@@ -13,4 +13,4 @@ def test_readme_shows_the_two_commands() -> None:
 
 def test_config_reference_is_current() -> None:
     text = (REPO_ROOT / "README.md").read_text()
-    assert embed(text) == text, "README config reference is stale: python -m canary.config_reference --write README.md"
+    assert embed(text) == text, "README config reference is stale: python -m canary.config.reference --write README.md"

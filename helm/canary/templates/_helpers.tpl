@@ -44,7 +44,7 @@ app.kubernetes.io/component: controller
 {{/*
 The run's deadline: target.kubernetes.job_deadline_s of the config the controller runs (one
 source of truth: `canary plan` and the runner read the same key). 14400 is the key's default in
-canary/config.py (tests/k8s/test_k8s_waves.py keeps the two equal).
+canary/config/__init__.py (tests/k8s/test_k8s_waves.py keeps the two equal).
 */}}
 {{- define "canary.jobDeadline" -}}
 {{- $cfg := fromYaml (.Values.config | default "") -}}
@@ -55,7 +55,7 @@ canary/config.py (tests/k8s/test_k8s_waves.py keeps the two equal).
 "true" when the config gives target.kubernetes.gpu_budget: the controller then deploys the cells
 itself, wave by wave (a writer Role, the rotation state volume, the vllm-pd values file).
 */}}
-{{- define "canary.waves" -}}
+{{- define "canary.plan.waves" -}}
 {{- $cfg := fromYaml (.Values.config | default "") -}}
 {{- if dig "target" "kubernetes" "gpu_budget" "" $cfg -}}true{{- end -}}
 {{- end -}}
@@ -117,7 +117,7 @@ spec:
         - {{ printf "target.kubernetes.release=%s" .Values.targetRelease | quote }}
         - --set
         - target.kubernetes.in_cluster=true
-        {{- if include "canary.waves" . }}
+        {{- if include "canary.plan.waves" . }}
         - --set
         - target.kubernetes.rotation.state_file=/var/lib/canary/rotation.json
         - --set
@@ -155,7 +155,7 @@ spec:
         - name: scratch
           mountPath: /opt/canary/app/.cache
           subPath: cache
-        {{- if include "canary.waves" . }}
+        {{- if include "canary.plan.waves" . }}
         - name: state
           mountPath: /var/lib/canary
         {{- end }}
@@ -166,7 +166,7 @@ spec:
     - name: scratch
       emptyDir:
         sizeLimit: {{ .Values.scratchSize }}
-    {{- if include "canary.waves" . }}
+    {{- if include "canary.plan.waves" . }}
     # The rotation state (each cell's last check) must outlive the Job.
     - name: state
       persistentVolumeClaim:

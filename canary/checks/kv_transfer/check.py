@@ -1,0 +1,212 @@
+"""KV-transfer proof for P/D cells, from the decode server's /metrics.
+
+Before the other checks run (a `before_checks` hook) the decode server's NIXL and prompt-token
+counters are snapshotted into ctx.scratch; this check runs last, sends a few probe requests of
+its own through the cell's endpoint (so the proof never depends on which other checks ran), reads
+the counters again and judges the difference:
+
+- `vllm:nixl_bytes_transferred` (histogram: _sum = bytes, _count = transfers) must grow by at
+  least checks.kv_transfer.min_bytes;
+- `vllm:nixl_num_failed_transfers` must not grow;
+- of the prompt tokens decode did not find in its own prefix cache, the share it computed itself
+  (`vllm:prompt_tokens_by_source`: local_compute / (local_compute + external_kv_transfer)) must
+  stay at or below max_recompute_share. A healthy decode computes none (all came over NIXL); one
+  that silently recomputes the prefill (a router that drops `kv_transfer_params`, a connector
+  that falls back) computes all of them. Cache hits are left out on purpose: lm-eval's few-shot
+  prompts share long prefixes, so most of decode's prompt tokens are local cache hits either
+  way. This also catches partial recompute, which growing bytes alone would not.
+
+Aggregated cells move no KV: they get a `skipped` result ("not applicable"), which never changes
+a cell's verdict. Without a snapshot (the runner's hook did not run) the counters are compared
+with zero, i.e. since the decode process started, and the evidence says so.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from dataclasses import asdict, dataclass
+
+from canary.checks.base import CheckContext, before_checks, register
+from canary.checks.startup.layout import judge_transfers
+from canary.core import metric_keys as keys
+from canary.core import promtext
+from canary.errors import CanaryError
+from canary.judge.results import CheckResult, Gate
+
+SCRATCH_KEY = "kv_transfer.before"
+PROBE_WORDS = "the quick brown fox jumps over the lazy dog and counts seven red apples "
+
+
+@dataclass(frozen=True)
+class KvCounters:
+    """The decode-side counters the proof reads (cumulative since the process started)."""
+
+    bytes_transferred: float
+    transfers: float
+    failed_transfers: float
+    prompt_tokens: float
+    prompt_tokens_local_compute: float
+    prompt_tokens_external: float
+    prompt_tokens_cache_hit: float
+    requests: float
+
+    def minus(self, other: KvCounters) -> KvCounters:
+        """Counter deltas (self - other)."""
+        return KvCounters(**{k: v - getattr(other, k) for k, v in asdict(self).items()})
+
+
+ZERO = KvCounters(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def read_counters(samples: list[promtext.Sample]) -> KvCounters:
+    """The counters from one scrape (absent metrics read as 0)."""
+    return KvCounters(
+        bytes_transferred=promtext.total(samples, "vllm:nixl_bytes_transferred_sum"),
+        transfers=promtext.total(samples, "vllm:nixl_bytes_transferred_count"),
+        failed_transfers=promtext.total(samples, "vllm:nixl_num_failed_transfers"),
+        prompt_tokens=promtext.total(samples, "vllm:prompt_tokens"),
+        prompt_tokens_local_compute=promtext.total(samples, "vllm:prompt_tokens_by_source", source="local_compute"),
+        prompt_tokens_external=promtext.total(samples, "vllm:prompt_tokens_by_source", source="external_kv_transfer"),
+        prompt_tokens_cache_hit=promtext.total(samples, "vllm:prompt_tokens_by_source", source="local_cache_hit"),
+        requests=promtext.total(samples, "vllm:request_success"),
+    )
+
+
+def _decode_metrics_url(ctx: CheckContext) -> str | None:
+    decode = ctx.deployment.server("decode")
+    return decode.metrics_url if decode is not None else None
+
+
+@before_checks("kv_transfer")
+def snapshot_before(ctx: CheckContext) -> None:
+    """Store the decode server's counters before any check sends traffic (P/D cells only)."""
+    if ctx.cell.topology != "pd-nixl":
+        return
+    url = _decode_metrics_url(ctx)
+    if url is not None:
+        ctx.scratch[SCRATCH_KEY] = read_counters(promtext.scrape(url))
+
+
+def send_probes(base_url: str, model: str, count: int, timeout_s: float = 120.0) -> int:
+    """Send `count` short greedy completions (a few KV blocks each); return how many succeeded."""
+    url = base_url.rstrip("/").removesuffix("/v1") + "/v1/completions"
+    ok = 0
+    for index in range(count):
+        prompt = f"probe {index}: " + PROBE_WORDS * 6
+        body = json.dumps({"model": model, "prompt": prompt, "max_tokens": 4, "temperature": 0.0}).encode()
+        request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                json.loads(response.read())
+            ok += 1
+        except (OSError, ValueError):
+            continue
+    return ok
+
+
+def recompute_share(delta: KvCounters) -> float:
+    """Share of decode's uncached prompt tokens it computed itself (0 when none were uncached)."""
+    uncached = delta.prompt_tokens_local_compute + delta.prompt_tokens_external
+    return delta.prompt_tokens_local_compute / uncached if uncached > 0 else 0.0
+
+
+def judge(delta: KvCounters, min_bytes: int, max_recompute_share: float) -> list[Gate]:
+    """The three gates from counter deltas over the checks."""
+    share = recompute_share(delta)
+    return [
+        Gate(
+            name="nixl-bytes-grew",
+            passed=delta.bytes_transferred >= max(min_bytes, 1),
+            observed=delta.bytes_transferred,
+            threshold=float(max(min_bytes, 1)),
+            detail=f"decode pulled {delta.bytes_transferred:.0f} bytes in {delta.transfers:.0f} NIXL transfers",
+        ),
+        Gate(
+            name="no-failed-transfers",
+            passed=delta.failed_transfers == 0,
+            observed=delta.failed_transfers,
+            threshold=0.0,
+            detail=f"{delta.failed_transfers:.0f} failed NIXL transfers during the checks",
+        ),
+        Gate(
+            name="decode-did-not-recompute",
+            passed=share <= max_recompute_share,
+            observed=round(share, 4),
+            threshold=max_recompute_share,
+            detail=(
+                f"of {delta.prompt_tokens:.0f} prompt tokens decode computed {delta.prompt_tokens_local_compute:.0f}"
+                f" itself, got {delta.prompt_tokens_external:.0f} over NIXL and "
+                f"{delta.prompt_tokens_cache_hit:.0f} from its prefix cache"
+            ),
+        ),
+    ]
+
+
+def transfer_metrics(delta: KvCounters, probes_ok: float) -> dict[str, float]:
+    """The check's numbers from the decode counters' growth during the checks."""
+    return {
+        keys.NIXL_BYTES_TRANSFERRED: delta.bytes_transferred,
+        "nixl_transfers": delta.transfers,
+        keys.NIXL_FAILED_TRANSFERS: delta.failed_transfers,
+        "decode_prompt_tokens": delta.prompt_tokens,
+        keys.DECODE_RECOMPUTED_TOKEN_SHARE: round(recompute_share(delta), 4),
+        "decode_requests": delta.requests,
+        "probe_requests_ok": float(probes_ok),
+    }
+
+
+@register("kv_transfer")
+def kv_transfer_check(ctx: CheckContext) -> CheckResult:
+    """Prove KV moved from prefill to decode during the checks (P/D cells)."""
+    if ctx.cell.topology != "pd-nixl":
+        return CheckResult(name="kv_transfer", verdict="skipped", summary="not applicable: aggregated cell")
+    settings = ctx.config.checks.kv_transfer
+    url = _decode_metrics_url(ctx)
+    if url is None:
+        return CheckResult(
+            name="kv_transfer", verdict="error", summary="no decode /metrics URL: cannot read NIXL counters"
+        )
+    before = ctx.scratch.get(SCRATCH_KEY)
+    baseline = "snapshot before the checks"
+    if not isinstance(before, KvCounters):
+        hook_error = ctx.scratch.get("kv_transfer.hook_error")
+        baseline = f"decode process start (no snapshot{': ' + str(hook_error) if hook_error else ''})"
+        before = ZERO
+    probes_ok = send_probes(ctx.deployment.base_url, ctx.deployment.served_model, settings.probe_requests)
+    try:
+        after = read_counters(promtext.scrape(url))
+    except CanaryError as exc:
+        return CheckResult(name="kv_transfer", verdict="error", summary=str(exc))
+    delta = after.minus(before)
+    gates = judge(delta, settings.min_bytes, settings.max_recompute_share)
+    layout = judge_transfers(_layout(ctx, "prefill"), _layout(ctx, "decode"), ctx.config.platform)
+    if ctx.config.checks.startup.layout_probe:
+        gates += layout.gates
+    failed = [g for g in gates if not g.passed]
+    metrics = transfer_metrics(delta, probes_ok)
+    summary = (
+        "; ".join(g.detail for g in failed)
+        if failed
+        else f"{delta.bytes_transferred:.0f} bytes over NIXL in {delta.transfers:.0f} transfers, none failed"
+    )
+    return CheckResult(
+        name="kv_transfer",
+        verdict="fail" if failed else "pass",
+        summary=summary,
+        metrics=metrics,
+        gates=gates,
+        evidence={
+            "metrics_url": url,
+            "baseline": baseline,
+            "before": asdict(before),
+            "after": asdict(after),
+            "probe_requests": settings.probe_requests,
+            "layout": layout.evidence if ctx.config.checks.startup.layout_probe else "probe off",
+        },
+    )
+
+
+def _layout(ctx: CheckContext, role: str) -> dict[str, object] | None:
+    server = ctx.deployment.servers.get(role)
+    return server.layout() if server is not None else None

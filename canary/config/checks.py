@@ -1,0 +1,277 @@
+"""Settings of each check (`checks.<name>`): startup, kv_transfer, accuracy, parity, throughput."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from canary.config.base import PositiveInt, Probability, Strict
+
+
+class StartupCheckConfig(Strict):
+    """Startup: time to ready, failure classification, live-config verification."""
+
+    enabled: bool = Field(True, description="Run the startup check (other checks need a started cell).")
+    timeout_s: PositiveInt = Field(600, description="Deadline for a server to become ready.")
+    poll_interval_s: float = Field(0.5, gt=0, description="How often /health is polled.")
+    verify_live_config: bool = Field(True, description="Fail when the engine runs another config than asked.")
+    layout_probe: bool = Field(
+        True,
+        description="Load the read-only KV layout probe into every engine (canary/targets/engine_site/"
+        "layout_probe.py) and judge its record with the layout gates.",
+    )
+
+
+class KvTransferCheckConfig(Strict):
+    """KV transfer proof for P/D cells from the decode server's NIXL counters."""
+
+    enabled: bool = Field(True, description="Run the KV-transfer check on pd-nixl cells (aggregated: skipped).")
+    min_bytes: int = Field(1, ge=0, description="Bytes that must have moved during the checks (at least 1).")
+    probe_requests: int = Field(
+        2, ge=0, description="Short requests the check sends itself, so the proof never depends on other checks."
+    )
+    max_recompute_share: Probability = Field(
+        0.5,
+        description="Largest share of decode's uncached prompt tokens it may compute itself (the rest must come "
+        "over NIXL); a decode that silently recomputes the prefill computes all of them.",
+    )
+
+
+class DatasetConfig(Strict):
+    """Where GSM8K comes from."""
+
+    source: Literal["hub", "local", "builtin"] = Field(
+        "builtin", description="hub: openai/gsm8k; local: jsonl files; builtin: the project's tiny dataset."
+    )
+    hub_id: str = Field("openai/gsm8k", description="Dataset id on the hub (source: hub).")
+    path: str | None = Field(
+        None,
+        description="source local: a directory with train.jsonl and test.jsonl, or a mirror of the hub "
+        "repository (main/train-*.parquet, main/test-*.parquet). Takes precedence over train_path/test_path.",
+    )
+    train_path: str | None = Field(None, description="Few-shot source jsonl (source: local).")
+    test_path: str | None = Field(None, description="Evaluation jsonl (source: local).")
+
+
+class AccuracyCheckConfig(Strict):
+    """GSM8K through lm-eval with a Wilson absolute gate, a paired McNemar gate and early stop."""
+
+    enabled: bool = Field(True, description="Run GSM8K.")
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig, description="GSM8K data source.")
+    num_fewshot: int = Field(5, ge=0, description="Few-shot examples, as lm-eval's gsm8k task.")
+    limit: PositiveInt = Field(200, description="Questions evaluated at most.")
+    offset: int = Field(
+        0, ge=0, description="Index of the first test question (P/D cells with a control use the control's)."
+    )
+    batch_size: PositiveInt = Field(50, description="Questions per sequential batch (early stop granularity).")
+    early_stop: bool = Field(True, description="Stop as soon as the verdict is certain either way.")
+    num_concurrent: PositiveInt = Field(4, description="Concurrent requests lm-eval sends.")
+    max_gen_toks: PositiveInt = Field(64, description="Max generated tokens per answer.")
+    confidence: Probability = Field(
+        0.95,
+        description="Confidence of the two-sided Wilson interval; with early_stop it is split evenly over the "
+        "planned looks (Bonferroni).",
+    )
+    min_accuracy: Probability | None = Field(
+        None,
+        description="Absolute threshold T used as is. Unset: the model's expected_gsm8k - tolerance, else the "
+        "held-out accuracy in the tiny model's canary-model.json - tolerance.",
+    )
+    tolerance: Probability = Field(
+        0.0,
+        description="Subtracted from the expected accuracy to get T. The gate fails when the Wilson upper bound "
+        "< T (accuracy significantly below T); it passes early when the lower bound >= T.",
+    )
+    paired_alpha: Probability = Field(
+        0.01, description="Significance of the exact McNemar test vs the control; fails only when P/D is worse."
+    )
+    order_buckets: PositiveInt = Field(4, description="Accuracy per consecutive slice of request order.")
+
+
+class ParityCheckConfig(Strict):
+    """KV fidelity of P/D against the aggregated control, calibrated against the control's own noise."""
+
+    enabled: bool = Field(True, description="Run parity (aggregated cells record the reference and null arm).")
+    prompt_lengths: list[PositiveInt] = Field(
+        [8], description="Prompt lengths in tokens, besides the block-relative ones."
+    )
+    block_relative: bool = Field(
+        True,
+        description="Also B/2, B-1, B, B+1, 2B, 2B+1 and 4B+1 tokens for every block size B of the planned cells "
+        "(logical and kernel, prefill and decode), and the longest prompt that fits.",
+    )
+    max_tokens: PositiveInt = Field(32, description="Greedy tokens generated per prompt (ignore_eos).")
+    top_logprobs: PositiveInt = Field(5, le=20, description="Top-k logprobs per position (both arms).")
+    prompt_text: Literal["auto", "gsm8k", "natural", "mixed"] = Field(
+        "auto",
+        description=(
+            "Text the prompts are cut from: gsm8k (held-out GSM8K-format items), natural (the project's "
+            "prose paragraphs, canary/checks/parity/text.py), mixed (both, interleaved); auto: gsm8k for a "
+            "builtin model (trained on arithmetic only), mixed for any other."
+        ),
+    )
+    item_offset: int = Field(0, ge=0, description="Index of the held-out item the first prompt starts at.")
+    dependence_min_nats: float = Field(
+        0.01,
+        gt=0,
+        description="A prompt is evidence only if altering its first block changes the control's greedy tokens "
+        "or moves a generated token's logprob by at least this much (and beyond the null arm).",
+    )
+    dependence_tokens: PositiveInt = Field(
+        16, description="Greedy tokens generated for a prompt's altered-first-block twin (the evidence check)."
+    )
+    min_evidence_prompts: PositiveInt = Field(
+        3, description="Fewer evidence prompts than this: the check is invalid (inconclusive), never pass."
+    )
+    null_concurrency: PositiveInt = Field(
+        8, description="Requests in flight in the control's concurrent wave (the batch-composition null arm)."
+    )
+    margin: float = Field(
+        2.0, ge=1.0, description="A P/D prompt exceeds the noise floor above margin x the largest null value."
+    )
+    alpha: Probability = Field(
+        0.01, description="Significance of the exceedance (binomial) and token (Fisher) gates vs the null arm."
+    )
+    kl_tolerance: float = Field(1e-4, ge=0, description="Nats added to the KL threshold (float arithmetic).")
+    logprob_tolerance: float = Field(
+        1e-3, ge=0, description="Nats added to the absolute delta-logprob threshold (float arithmetic)."
+    )
+    request_timeout_s: float = Field(120.0, gt=0, description="Deadline of one parity request.")
+
+
+class SloConfig(Strict):
+    """Service-level objectives for goodput."""
+
+    ttft_ms: float | None = Field(None, gt=0, description="Max time to first token.")
+    tpot_ms: float | None = Field(None, gt=0, description="Max time per output token.")
+    e2e_ms: float | None = Field(None, gt=0, description="Max end-to-end latency.")
+
+
+class PerRequestTestConfig(Strict):
+    """Per-request regression test against the baseline cell (canary/core/request_stats.py)."""
+
+    enabled: bool = Field(True, description="Compare per-request TTFT, ITL and E2E with the baseline cell.")
+    alpha: Probability = Field(
+        0.05, description="Family-wise error rate over every cell x metric of a run (Holm's step-down)."
+    )
+    confidence: Probability = Field(0.95, description="Confidence of the Hodges-Lehmann shift interval.")
+    tolerance: Probability = Field(
+        0.1, description="Least Hodges-Lehmann shift, relative to the baseline median, that counts as a regression."
+    )
+    min_samples: int = Field(
+        20, ge=2, description="Fewer successful requests on either side: inconclusive (invalid), never a pass."
+    )
+
+
+class ThroughputCheckConfig(Strict):
+    """Load test with locust: latency percentiles, tokens/s, goodput, regression vs baseline."""
+
+    enabled: bool = Field(True, description="Run the load test.")
+    endpoint: Literal["completions", "chat"] = Field("completions", description="API under load.")
+    prompt_tokens: PositiveInt = Field(64, description="Prompt length in tokens (mean).")
+    output_tokens: PositiveInt = Field(32, description="Output length in tokens (exact: ignore_eos).")
+    length_distribution: Literal["fixed", "uniform", "normal"] = Field("fixed", description="Length spread.")
+    length_spread: float = Field(
+        0.25, ge=0, lt=1, description="uniform: half-width, normal: standard deviation, relative to the mean."
+    )
+    concurrency: PositiveInt = Field(
+        4, description="Closed loop: concurrent users. Open loop: the most requests in flight."
+    )
+    request_rate: float | None = Field(None, gt=0, description="Open loop: requests/s (Poisson).")
+    burstiness: float = Field(1.0, gt=0, description="Gamma shape of arrivals (1 = Poisson).")
+    num_requests: PositiveInt = Field(200, description="Requests measured (after warm-up).")
+    warmup_requests: int = Field(8, ge=0, description="Requests sent first and not measured.")
+    max_duration_s: PositiveInt = Field(120, description="Hard time bound of one load run.")
+    request_timeout_s: float = Field(60.0, gt=0, description="Network timeout of one request (per read).")
+    repeats: PositiveInt = Field(1, description="Runs per cell; medians are compared.")
+    seed: int = Field(0, description="Seed of prompts, lengths and arrivals (repeat i uses seed + i).")
+    workers: int = Field(0, ge=0, description="0: one load process; N: a locust master with N local worker processes.")
+    remote_workers: int = Field(
+        0,
+        ge=0,
+        description="N > 0: instead of local workers, the load process is a locust master that waits for N workers "
+        "started elsewhere with `python -m canary.load.run --worker --master-host HOST --master-port PORT`.",
+    )
+    master_bind_host: str = Field("127.0.0.1", description="remote_workers: interface the master listens on.")
+    master_bind_port: int = Field(5557, gt=0, lt=65536, description="remote_workers: port the master listens on.")
+    slo: SloConfig = Field(default_factory=SloConfig, description="Goodput SLOs.")
+    min_requests_per_s: float | None = Field(None, ge=0, description="Absolute floor.")
+    min_output_tokens_per_s: float | None = Field(None, ge=0, description="Absolute floor.")
+    min_goodput_ratio: Probability | None = Field(
+        None, description="Absolute floor on the share of requests that met every SLO."
+    )
+    max_error_rate: Probability = Field(
+        0.0, description="Largest share of failed requests (failures never count as fast samples)."
+    )
+    regression_tolerance: Probability = Field(
+        0.2, description="Allowed relative drop of the candidate vs the baseline image's cell."
+    )
+    regression_windows: int = Field(
+        4,
+        ge=0,
+        description="A change beyond regression_tolerance fails only when every one of the candidate's windows "
+        "(each run split into this many groups of consecutive requests) is worse than every one of the baseline's: "
+        "the runs' own spread. 0: the tolerance alone decides.",
+    )
+    regression_metrics: list[str] = Field(
+        ["requests_per_s", "output_tokens_per_s", "ttft_p50_s", "tpot_p50_s"],
+        min_length=1,
+        description="Metrics compared with the baseline (medians over repeats); *_per_s must not drop, "
+        "latencies (*_s) must not rise by more than regression_tolerance.",
+    )
+    max_client_cpu_ratio: float = Field(
+        0.9, gt=0, description="Load-generator CPU (core-seconds per second) above which the result is invalid."
+    )
+    max_client_lag_p99_ms: float = Field(
+        50.0, gt=0, description="p99 gevent loop lag of the load generator above which the result is invalid."
+    )
+    per_request: PerRequestTestConfig = Field(
+        default_factory=PerRequestTestConfig, description="Per-request Mann-Whitney / Hodges-Lehmann gate."
+    )
+    max_attempts: PositiveInt = Field(
+        3,
+        description="Measurements per cell while the result is invalid (the client, not the server, limited it: "
+        "CPU, event-loop lag); the first valid one is judged, every attempt is recorded in evidence.attempts. "
+        "Still invalid after the last: the check is invalid and the run inconclusive.",
+    )
+    retry_backoff_s: float = Field(
+        5.0, ge=0, le=600, description="Wait before the second attempt; doubles before each further one."
+    )
+    max_foreign_cpu_cores: float | None = Field(
+        None,
+        gt=0,
+        description="Local target: a load run during which processes outside the cell and the canary used more "
+        "CPU than this many cores on average is invalid (measured again): its numbers are the machine's load, "
+        "not the server's (canary/checks/throughput/hostload.py). null: measured and reported, not gated.",
+    )
+
+    @field_validator("regression_metrics")
+    @classmethod
+    def _known_regression_metrics(cls, values: list[str]) -> list[str]:
+        known = {"requests_per_s", "output_tokens_per_s", "total_tokens_per_s", "goodput_requests_per_s"} | {
+            f"{kind}_{stat}_s" for kind in ("ttft", "tpot", "itl", "e2e") for stat in ("mean", "p50", "p90", "p99")
+        }
+        unknown = [v for v in values if v not in known]
+        if unknown:
+            raise ValueError(f"unknown metrics {unknown}; known: {sorted(known)}")
+        return values
+
+    @model_validator(mode="after")
+    def _workers_have_users(self) -> ThroughputCheckConfig:
+        for name in ("workers", "remote_workers"):
+            if getattr(self, name) > self.concurrency:
+                raise ValueError(f"{name} ({getattr(self, name)}) must not exceed concurrency ({self.concurrency})")
+        if self.workers and self.remote_workers:
+            raise ValueError("set workers (local processes) or remote_workers, not both")
+        return self
+
+
+class ChecksConfig(Strict):
+    """Per-check settings."""
+
+    startup: StartupCheckConfig = Field(default_factory=StartupCheckConfig, description="Startup check.")
+    kv_transfer: KvTransferCheckConfig = Field(default_factory=KvTransferCheckConfig, description="KV proof.")
+    accuracy: AccuracyCheckConfig = Field(default_factory=AccuracyCheckConfig, description="GSM8K.")
+    parity: ParityCheckConfig = Field(default_factory=ParityCheckConfig, description="KV-fidelity parity.")
+    throughput: ThroughputCheckConfig = Field(default_factory=ThroughputCheckConfig, description="Load test.")

@@ -1,0 +1,122 @@
+"""Load a canary config: read the YAML, apply `--set` overrides, validate the model, then check the
+names it uses (backends, KV cache dtypes, the platform) against the capability catalog.
+
+canary.config defines the model and canary.config.catalog the catalog; this loader is the one place that
+brings the two together, so neither imports the other.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from canary.config import CanaryConfig
+from canary.config.catalog import Catalog, load_catalog
+from canary.config.root import RefError
+from canary.core.yaml_model import read_yaml, validation_error
+from canary.errors import ConfigError
+
+UNKNOWN_CONFIG_KEY_HINT = "check the spelling; see the config reference in README.md"
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Parse one `--set a.b.c=value` override. The value is read as YAML (so 3, true, [1,2] work)."""
+    if "=" not in text:
+        raise ConfigError("--set", text, "expected KEY.PATH=VALUE")
+    key, raw = text.split("=", 1)
+    parts = key.strip().split(".")
+    if not key.strip() or any(not p for p in parts):
+        raise ConfigError("--set", text, "expected a dotted key path like checks.accuracy.limit")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError("--set", key, f"value is not valid YAML: {exc}") from None
+    return parts, value
+
+
+def apply_override(data: dict[str, Any], parts: list[str], value: Any) -> None:
+    """Set data[p0][p1]...[pn] = value, creating mappings and indexing lists by number."""
+    node: Any = data
+    for depth, part in enumerate(parts[:-1]):
+        where = ".".join(parts[: depth + 1])
+        if isinstance(node, list):
+            node = node[_list_index(node, part, where)]
+        elif isinstance(node, dict):
+            if node.get(part) is None:
+                node[part] = {}
+            node = node[part]
+        else:
+            raise ConfigError("--set", where, f"cannot descend into a {type(node).__name__}")
+    last = parts[-1]
+    if isinstance(node, list):
+        node[_list_index(node, last, ".".join(parts))] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise ConfigError("--set", ".".join(parts), f"cannot set a key on a {type(node).__name__}")
+
+
+def _list_index(node: list[Any], part: str, where: str) -> int:
+    if not part.isdigit() or int(part) >= len(node):
+        raise ConfigError("--set", where, f"expected a list index below {len(node)}")
+    return int(part)
+
+
+def validate_config(data: Any, source: str) -> CanaryConfig:
+    """Validate parsed YAML into a CanaryConfig, raising ConfigError with file and key path."""
+    if not isinstance(data, dict):
+        raise ConfigError(source, "", f"expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        config = CanaryConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        ctx_error = first.get("ctx", {}).get("error")
+        if isinstance(ctx_error, RefError):
+            raise ConfigError(source, ctx_error.key_path, str(ctx_error)) from None
+        raise validation_error(source, exc, UNKNOWN_CONFIG_KEY_HINT) from None
+    validate_against_catalog(config, load_catalog(), source)
+    return config
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> CanaryConfig:
+    """Read a YAML config file, apply `--set` overrides, validate."""
+    source = str(path)
+    data = read_yaml(Path(path))
+    for text_override in overrides or []:
+        parts, value = parse_override(text_override)
+        if not isinstance(data, dict):
+            raise ConfigError(source, "", "expected a mapping at the top level")
+        apply_override(data, parts, value)
+    return validate_config(data, source)
+
+
+def validate_against_catalog(config: CanaryConfig, catalog: Catalog, source: str) -> None:
+    """Names in the config must exist in the catalog: unknown backends and dtypes are config errors."""
+    known_backends = sorted(catalog.backends)
+    known_dtypes = sorted({d for b in catalog.backends.values() for d in b.kv_cache_dtypes})
+    for index, backend in enumerate(config.matrix.attention_backends):
+        if backend not in catalog.backends:
+            raise ConfigError(
+                source,
+                f"matrix.attention_backends.{index}",
+                f"unknown backend {backend!r}; expected one of {known_backends}",
+            )
+    for index, extra in enumerate(config.matrix.include):
+        if extra.backend.upper() not in catalog.backends:
+            raise ConfigError(
+                source,
+                f"matrix.include.{index}.backend",
+                f"unknown backend {extra.backend!r}; expected one of {known_backends}",
+            )
+    for index, dtype in enumerate(config.matrix.kv_cache_dtypes):
+        if dtype not in known_dtypes:
+            raise ConfigError(
+                source,
+                f"matrix.kv_cache_dtypes.{index}",
+                f"unknown KV cache dtype {dtype!r}; expected one of {known_dtypes}",
+            )
+    if config.platform not in catalog.platforms:
+        raise ConfigError(source, "platform", f"platform {config.platform!r} is not in the catalog")

@@ -1,0 +1,120 @@
+"""The matrix a config expands: axes, cell matches, expectations (known bugs), extra cells."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from canary.config.base import CheckName, ExpectKind, PositiveInt, Runner, Strict, Topology
+
+
+class CellMatch(Strict):
+    """Selects cells by their axis values; unset fields match anything."""
+
+    model: str | None = Field(None, description="Served model name.")
+    backend: str | None = Field(None, description="Attention backend name.")
+    block_size: PositiveInt | None = Field(None, description="Matches a prefill OR decode block size.")
+    prefill_block_size: PositiveInt | None = Field(None, description="Prefill (or aggregated) block size.")
+    decode_block_size: PositiveInt | None = Field(None, description="Decode block size.")
+    kv_cache_dtype: str | None = Field(None, description="KV cache dtype.")
+    runner: Runner | None = Field(None, description="Model runner.")
+    topology: Topology | None = Field(None, description="aggregated or pd-nixl.")
+    image: str | None = Field(None, description="Image key (of prefill, in a mixed pair).")
+    decode_runner: Runner | None = Field(None, description="Decode's model runner (P/D; == runner unless mixed).")
+    decode_image: str | None = Field(None, description="Decode's image key (P/D; == image unless mixed).")
+
+
+class Expectation(Strict):
+    """A known outcome for matching cells (like vLLM's xfail configs): reported as expected."""
+
+    match: CellMatch = Field(description="Which cells this expectation covers.")
+    expect: ExpectKind = Field(description="startup-fail, check-fail, or pass.")
+    reason: str = Field(min_length=1, description="Why (an issue link or a sentence); shown in every report.")
+    failure_class: str | None = Field(
+        None, description="For startup-fail: the signature id the failure must be classified as."
+    )
+    failing_checks: list[CheckName] | None = Field(
+        None,
+        min_length=1,
+        description="For check-fail: the checks that must all fail (e.g. [parity, accuracy]); any other "
+        "check failing still fails the cell, and a named check that passes makes it unexpected-pass. A named "
+        "check that does not run (disabled) or cannot judge (invalid, skipped) counts neither way; when none "
+        "of them judged, the cell is skipped (invalid if one was). Unset: any failing check meets the expectation.",
+    )
+
+    @model_validator(mode="after")
+    def _fields_fit_the_kind(self) -> Expectation:
+        if self.failing_checks is not None and self.expect != "check-fail":
+            raise ValueError(f"failing_checks applies to expect: check-fail, not {self.expect}")
+        if self.failure_class is not None and self.expect != "startup-fail":
+            raise ValueError(f"failure_class applies to expect: startup-fail, not {self.expect}")
+        return self
+
+
+class ExtraCell(Strict):
+    """A cell added by hand on top of the cross product (e.g. one P/D block-size mismatch)."""
+
+    backend: str = Field(description="Attention backend name.")
+    prefill_block_size: PositiveInt = Field(description="Prefill block size.")
+    decode_block_size: PositiveInt = Field(description="Decode block size.")
+    kv_cache_dtype: str = Field("auto", description="KV cache dtype.")
+    runner: Runner = Field("v1", description="Model runner.")
+    topology: Topology = Field("pd-nixl", description="Topology.")
+    image: str | None = Field(None, description="Image key (default: every image).")
+    model: str | None = Field(None, description="Served model name (default: every model).")
+    decode_runner: Runner | None = Field(
+        None,
+        description="pd-nixl only: decode's model runner when it differs from prefill's (a mixed pair, as in a "
+        "rolling upgrade; unset: the same).",
+    )
+    decode_image: str | None = Field(
+        None,
+        description="pd-nixl only: decode's image key when it differs from prefill's (a rolling upgrade that "
+        "reached one side first; unset: the same).",
+    )
+
+    @model_validator(mode="after")
+    def _mixed_pairs_are_pd(self) -> ExtraCell:
+        if self.topology != "pd-nixl" and (self.decode_runner is not None or self.decode_image is not None):
+            raise ValueError("decode_runner / decode_image make a mixed P/D pair: they need topology: pd-nixl")
+        return self
+
+
+class MatrixSpec(Strict):
+    """The axes of the matrix; their cross product (filtered by the capability catalog) is the plan."""
+
+    attention_backends: list[str] = Field(min_length=1, description="Backends by vLLM enum name.")
+    prefill_block_sizes: list[PositiveInt] = Field(
+        min_length=1, description="Logical block sizes of prefill servers (and of aggregated servers)."
+    )
+    decode_block_sizes: list[PositiveInt] | None = Field(
+        None, description="Decode block sizes. Unset: decode uses the prefill block size (P == D only)."
+    )
+    kv_cache_dtypes: list[str] = Field(["auto"], min_length=1, description="--kv-cache-dtype values.")
+    runners: list[Runner] = Field(["v1"], min_length=1, description="v1 or v2 (VLLM_USE_V2_MODEL_RUNNER).")
+    topologies: list[Topology] = Field(
+        ["aggregated", "pd-nixl"], min_length=1, description="aggregated control and/or P/D over NIXL."
+    )
+    images: list[str] | None = Field(None, description="Image keys to run (default: every image).")
+    include: list[ExtraCell] = Field(default_factory=list, description="Cells added by hand.")
+    exclude: list[CellMatch] = Field(default_factory=list, description="Cells removed from the plan.")
+    expectations: list[Expectation] = Field(default_factory=list, description="Known outcomes (xfail).")
+    reduction: Literal["full", "pairwise"] = Field(
+        "full", description="full cross product, or pairwise covering (always keeps high-risk cells)."
+    )
+    run_unsupported: bool = Field(
+        False, description="Run cells the platform cannot honour anyway (to prove fallback detection)."
+    )
+
+    @field_validator("attention_backends", "kv_cache_dtypes")
+    @classmethod
+    def _no_duplicates(cls, values: list[str]) -> list[str]:
+        if len(set(values)) != len(values):
+            raise ValueError(f"duplicate entries in {values}")
+        return values
+
+    @field_validator("attention_backends")
+    @classmethod
+    def _upper_backends(cls, values: list[str]) -> list[str]:
+        return [v.upper() for v in values]

@@ -1,0 +1,77 @@
+"""The root model of a config file (CanaryConfig), tying models, images, matrix, checks, target, export."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from canary.config.base import Platform, Strict
+from canary.config.checks import ChecksConfig
+from canary.config.export import ExportConfig
+from canary.config.matrix import MatrixSpec
+from canary.config.models import ImageSpec, ModelSpec
+from canary.config.targets import UCX_CUDA_TRANSPORTS, TargetConfig
+
+
+class CanaryConfig(Strict):
+    """The root of a canary config file."""
+
+    version: Literal[1] = Field(1, description="Config schema version.")
+    name: str = Field(min_length=1, pattern=r"^[a-z0-9][a-z0-9-]*$", description="Config name (lowercase-dash).")
+    platform: Platform = Field(description="Where it runs: cpu, sm80, sm90 (H100/H200) or sm100.")
+    models: list[ModelSpec] = Field(min_length=1, description="Models under test.")
+    images: dict[str, ImageSpec] = Field(min_length=1, description="Images by key, e.g. baseline, candidate.")
+    baseline_image: str | None = Field(None, description="Image the others are compared with (default: first).")
+    matrix: MatrixSpec = Field(description="Matrix axes.")
+    checks: ChecksConfig = Field(default_factory=ChecksConfig, description="Per-check settings.")
+    export: ExportConfig = Field(default_factory=ExportConfig, description="Result export.")
+    target: TargetConfig = Field(default_factory=TargetConfig, description="Where cells run.")
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> CanaryConfig:
+        image_keys = set(self.images)
+        for index, image in enumerate(self.matrix.images or []):
+            if image not in image_keys:
+                raise RefError(f"matrix.images.{index}", f"unknown image {image!r}; defined: {sorted(image_keys)}")
+        if self.baseline_image is not None and self.baseline_image not in image_keys:
+            raise RefError("baseline_image", f"unknown image {self.baseline_image!r}; defined: {sorted(image_keys)}")
+        model_names = [m.name for m in self.models]
+        if len(set(model_names)) != len(model_names):
+            raise RefError("models", f"duplicate model names {model_names}")
+        for index, extra in enumerate(self.matrix.include):
+            if extra.image is not None and extra.image not in image_keys:
+                raise RefError(f"matrix.include.{index}.image", f"unknown image {extra.image!r}")
+            if extra.decode_image is not None and extra.decode_image not in image_keys:
+                raise RefError(f"matrix.include.{index}.decode_image", f"unknown image {extra.decode_image!r}")
+            if extra.model is not None and extra.model not in model_names:
+                raise RefError(f"matrix.include.{index}.model", f"unknown model {extra.model!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _nixl_transport_moves_gpu_memory(self) -> CanaryConfig:
+        nixl = self.target.kubernetes.nixl
+        if self.platform != "cpu" and not UCX_CUDA_TRANSPORTS & set(nixl.transports):
+            raise RefError(
+                "target.kubernetes.nixl.ucx_tls",
+                f"{nixl.tls!r} lists no cuda_copy: on {self.platform} the KV cache is GPU memory, which UCX "
+                "moves only with a CUDA transport (e.g. rc,cuda_copy)",
+            )
+        return self
+
+    @property
+    def baseline(self) -> str:
+        """The baseline image key."""
+        return self.baseline_image or next(iter(self.images))
+
+    def image_keys(self) -> list[str]:
+        """Image keys the matrix runs."""
+        return list(self.matrix.images or self.images)
+
+
+class RefError(ValueError):
+    """A cross-reference error that knows its key path."""
+
+    def __init__(self, key_path: str, message: str) -> None:
+        super().__init__(message)
+        self.key_path = key_path

@@ -1,0 +1,192 @@
+"""Where cells run (`target.kind`): local processes, an endpoint, Kubernetes; NIXL transport."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from canary.config.base import PositiveInt, Strict, Topology
+from canary.config.matrix import CellMatch
+
+
+class LocalTargetConfig(Strict):
+    """Start real vLLM processes on this machine."""
+
+    engine_python: str = Field(".venv-engine/bin/python", description="Default engine venv python.")
+    entrypoint: list[str] = Field(
+        ["-m", "vllm.entrypoints.openai.api_server"], description="Args after python that start a server."
+    )
+    router: list[str] = Field([".venv-engine/bin/vllm-router"], description="P/D router command (vllm-router).")
+    host: str = Field("127.0.0.1", description="Bind address; loopback unless you know why.")
+    enforce_eager: bool = Field(True, description="--enforce-eager (CPU: saves ~1 min per start).")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra env for every engine process.")
+    extra_args: list[str] = Field(default_factory=list, description="Extra args for every engine.")
+    cpu_kvcache_space_gib: PositiveInt = Field(1, description="VLLM_CPU_KVCACHE_SPACE (CPU only).")
+    nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="Run engines and the router this many nice steps below the canary, so the load client "
+        "sharing their cores is not starved by what it measures (its lag check would mark the cell invalid). "
+        "0: same priority. Each server's session (its scheduler autogroup) gets this nice too: with autogroups on, a "
+        "process nice alone does not rank the server against the client, whose lag p99 beside a P/D pair on 2 cores "
+        "fell from 30-140 ms to 13-20 ms with it.",
+    )
+    nixl_progress_delay_us: PositiveInt | None = Field(
+        1000,
+        description="CPU only: the least sleep (microseconds) of the NIXL agent's progress thread between "
+        "polls. nixl 1.5.1 hard-codes 0, a busy loop that costs one core per engine: an idle P/D pair "
+        "burned both cores of a 2-core machine and served 0.5 req/s. null leaves NIXL as shipped.",
+    )
+
+
+class EndpointTargetConfig(Strict):
+    """Check an existing OpenAI-compatible server or P/D router; start nothing."""
+
+    url: str = Field(description="Base URL of the server or router, e.g. http://127.0.0.1:8000.")
+    model: str | None = Field(None, description="Model name (default: the first listed by /v1/models).")
+    metrics_url: str | None = Field(None, description="/metrics of an aggregated server.")
+    prefill_metrics_url: str | None = Field(None, description="/metrics of the prefill server (P/D).")
+    decode_metrics_url: str | None = Field(None, description="/metrics of the decode server (P/D).")
+    topology: Topology = Field("aggregated", description="What sits behind the URL.")
+
+
+Placement = Literal["same-node", "cross-node"]
+"""Where a P/D cell's decode pod runs relative to its prefill pod (vllm-pd renders pod (anti-)affinity)."""
+
+UCX_NETWORK_TRANSPORTS = frozenset(
+    {"rc", "rc_v", "rc_x", "rc_mlx5", "dc", "dc_x", "dc_mlx5", "ud", "ud_v", "ud_x", "ud_mlx5", "ib", "tcp"}
+)
+"""UCX transports (and the `ib` alias) that reach another node."""
+UCX_CUDA_TRANSPORTS = frozenset({"cuda_copy", "cuda"})
+"""UCX transports that handle GPU memory: UCX moves CUDA buffers only when one of them is listed."""
+UCX_TRANSPORTS = (
+    UCX_NETWORK_TRANSPORTS
+    | UCX_CUDA_TRANSPORTS
+    | frozenset({"cuda_ipc", "gdr_copy", "sm", "shm", "mm", "posix", "sysv", "xpmem", "cma", "knem", "self"})
+)
+"""UCX_TLS names the canary accepts (UCX 1.x transport names and aliases)."""
+DEFAULT_UCX_TLS: dict[Placement, str] = {"same-node": "cuda_copy,cuda_ipc,rc", "cross-node": "rc,cuda_copy"}
+"""UCX_TLS when a config names only the placement: CUDA IPC between GPUs of one node, RDMA across."""
+
+
+class NixlTransportConfig(Strict):
+    """How the NIXL connector of a P/D cell moves KV blocks on Kubernetes: placement and UCX_TLS."""
+
+    placement: Placement = Field(
+        "same-node",
+        description="same-node: decode is scheduled onto prefill's node (pod affinity); cross-node: never "
+        "onto it (pod anti-affinity). Both are required scheduling rules, so a cell that cannot be "
+        "placed stays Pending instead of running elsewhere.",
+    )
+    ucx_tls: str | None = Field(
+        None,
+        description="UCX_TLS of prefill and decode, comma-separated, e.g. cuda_copy,cuda_ipc,rc (same "
+        "node) or rc,cuda_copy / tcp,cuda_copy (across nodes). Unset: the placement's default "
+        f"({DEFAULT_UCX_TLS}). GPU platforms must list cuda_copy (UCX moves no GPU memory without it); "
+        "cross-node also a transport that leaves the node.",
+    )
+
+    @field_validator("ucx_tls")
+    @classmethod
+    def _known_transports(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        names = [name.strip() for name in value.split(",")]
+        if any(not name for name in names):
+            raise ValueError(f"empty transport name in {value!r} (comma-separated names, e.g. rc,cuda_copy)")
+        if any(name in ("all", "^") or name.startswith("^") for name in names):
+            raise ValueError(f"{value!r}: name the transports (no 'all', no '^' exclusions)")
+        unknown = [name for name in names if name not in UCX_TRANSPORTS]
+        if unknown:
+            raise ValueError(f"unknown UCX transport(s) {unknown}; known: {sorted(UCX_TRANSPORTS)}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate transports in {value!r}")
+        return ",".join(names)
+
+    @model_validator(mode="after")
+    def _transport_reaches_the_peer(self) -> NixlTransportConfig:
+        if self.placement == "cross-node" and not UCX_NETWORK_TRANSPORTS & set(self.transports):
+            raise ValueError(
+                f"placement cross-node but ucx_tls {self.tls!r} has no transport that leaves the node "
+                f"(one of {sorted(UCX_NETWORK_TRANSPORTS)})"
+            )
+        return self
+
+    @property
+    def tls(self) -> str:
+        """The UCX_TLS value the cells get (the placement's default when unset)."""
+        return self.ucx_tls or DEFAULT_UCX_TLS[self.placement]
+
+    @property
+    def transports(self) -> list[str]:
+        """UCX_TLS as a list."""
+        return self.tls.split(",")
+
+
+class RotationConfig(Strict):
+    """Rolling coverage of a matrix larger than one run (Kubernetes target with a GPU budget)."""
+
+    every_night: list[CellMatch] | None = Field(
+        None,
+        description="Cells that run every night (with the aggregated controls of their P/D cells). Unset: every "
+        "high-risk cell. The other cells fill the rest of the window, least recently checked first.",
+    )
+    state_file: str | None = Field(
+        None,
+        description="JSON file with each cell's last check time (written atomically after every cell). "
+        "Unset: RESULTS_DIR/rotation-<config name>.json. Keep it on a persistent volume.",
+    )
+
+
+class KubernetesTargetConfig(Strict):
+    """Check cells deployed by the vllm-pd Helm chart, or deploy them in waves (gpu_budget)."""
+
+    namespace: str = Field("vllm-canary", description="Namespace of the cells.")
+    release: str = Field("vllm-pd", description="Helm release name of the vllm-pd chart.")
+    in_cluster: bool = Field(True, description="Use the pod's service account (CronJob).")
+    kubeconfig: str | None = Field(None, description="Kubeconfig path when not in cluster.")
+    ready_timeout_s: PositiveInt = Field(1800, description="Deadline for pods to become Ready.")
+    gpu_budget: PositiveInt | None = Field(
+        None,
+        description="GPUs the canary may hold at once. Set: the controller deploys the cells itself in waves that "
+        "fit (helm template of `chart`), tearing each wave down before the next. Unset: Helm deployed every cell.",
+    )
+    job_deadline_s: PositiveInt = Field(
+        14400,
+        description="Wall-time limit of one run: the helm/canary CronJob's activeDeadlineSeconds is rendered from "
+        "this key. `canary plan` refuses a plan that does not fit; a run starts no wave that would overrun it.",
+    )
+    typical_start_s: PositiveInt = Field(
+        600, description="Typical seconds from creating a wave to its cells being ready (image pull, weights, JIT)."
+    )
+    teardown_timeout_s: PositiveInt = Field(
+        600, description="Deadline for a torn-down wave's pods to disappear before the next wave starts."
+    )
+    chart: str = Field("helm/vllm-pd", description="The vllm-pd chart the waves are rendered from (gpu_budget).")
+    chart_values: list[str] = Field(
+        default_factory=list, description="Values files for the chart (GPU resources, node selectors, model cache)."
+    )
+    rotation: RotationConfig = Field(default_factory=RotationConfig, description="Rolling coverage.")
+    nixl: NixlTransportConfig = Field(
+        default_factory=NixlTransportConfig,
+        description="Placement of prefill and decode and the UCX transports NIXL may use (P/D cells).",
+    )
+
+
+class TargetConfig(Strict):
+    """Where cells run."""
+
+    kind: Literal["local", "kubernetes", "endpoint"] = Field("local", description="Target kind.")
+    local: LocalTargetConfig = Field(default_factory=LocalTargetConfig, description="Local settings.")
+    endpoint: EndpointTargetConfig | None = Field(None, description="Endpoint settings (kind: endpoint).")
+    kubernetes: KubernetesTargetConfig = Field(
+        default_factory=KubernetesTargetConfig, description="Kubernetes settings."
+    )
+
+    @model_validator(mode="after")
+    def _endpoint_needs_settings(self) -> TargetConfig:
+        if self.kind == "endpoint" and self.endpoint is None:
+            raise ValueError("target.kind is endpoint but target.endpoint is not set")
+        return self

@@ -1,0 +1,1 @@
+"""Shared primitives below every stage: atomic writes, strict YAML models, ports, /metrics, statistics, SVG."""

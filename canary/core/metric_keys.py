@@ -1,0 +1,92 @@
+"""CheckResult.metrics keys that leave the process: the numbers canary/export/prometheus/schema.py exports.
+
+One constant per key, imported by the check that writes it and by the schema that maps it to a
+Prometheus metric, so a renamed key is a renamed constant on both sides. Units are in the key
+(`_s` seconds, `_per_s` per second; KL and logprob keys are in nats; ratios are 0..1, but
+`_over_floor` keys are multiples of a gate threshold). Checks report more numbers than these (the
+load generator's counts, per-role startup times...): those stay in results.json only.
+
+Import-light on purpose: checks, the load generator and the exporters all read it; it imports
+nothing of canary.
+"""
+
+from __future__ import annotations
+
+# --------------------------------------------------------------------------- startup
+READY_S_TOTAL = "ready_s_total"
+"""Launch until every server of the cell was ready."""
+
+# --------------------------------------------------------------------------- throughput
+REQUESTS_PER_S = "requests_per_s"
+OUTPUT_TOKENS_PER_S = "output_tokens_per_s"
+GOODPUT_REQUESTS_PER_S = "goodput_requests_per_s"
+
+
+def latency_key(kind: str, stat: str) -> str:
+    """A latency statistic: `<kind>_<stat>_s`, kind ttft/tpot/itl/e2e, stat mean/p50/p90/p99."""
+    return f"{kind}_{stat}_s"
+
+
+# --------------------------------------------------------------------------- accuracy
+ACCURACY = "accuracy"
+ACCURACY_WILSON_LOW = "accuracy_wilson_low"
+ACCURACY_WILSON_HIGH = "accuracy_wilson_high"
+ACCURACY_THRESHOLD = "accuracy_threshold"
+QUESTIONS = "questions"
+MCNEMAR_P_VALUE = "mcnemar_p_value"
+
+# --------------------------------------------------------------------------- kv_transfer
+NIXL_BYTES_TRANSFERRED = "nixl_bytes_transferred"
+NIXL_FAILED_TRANSFERS = "nixl_failed_transfers"
+DECODE_RECOMPUTED_TOKEN_SHARE = "decode_recomputed_token_share"
+
+# --------------------------------------------------------------------------- parity (KV fidelity)
+PARITY_MATCH_RATE = "parity_match_rate"
+"""P/D: share of evidence prompts whose greedy tokens equal the control's."""
+PARITY_FIRST_DIFF_MIN = "parity_first_diff_min"
+"""P/D: the earliest output position whose token differs from the control's (max_tokens: none)."""
+PARITY_PROMPTS = "parity_prompts"
+"""Prompts measured (evidence or not)."""
+PARITY_EVIDENCE_PROMPTS = "parity_evidence_prompts"
+"""Prompts whose output depends on their first block (the others prove nothing)."""
+PARITY_REJECTED_PROMPTS = "parity_rejected_prompts"
+"""Prompts rejected as evidence (altering the first block changed nothing)."""
+PARITY_KL_MAX = "parity_kl_max"
+"""P/D: largest per-position top-k KL estimate, P/D generation vs the control's teacher-forced scoring."""
+PARITY_KL_MEAN = "parity_kl_mean"
+"""P/D: mean per-position KL estimate over every compared position of every evidence prompt."""
+PARITY_ABS_DLOGPROB_MAX = "parity_abs_dlogprob_max"
+"""P/D: largest |delta logprob| of a P/D token under the control."""
+PARITY_TOP1_AGREE_MIN = "parity_top1_agree_min"
+"""P/D: lowest per-prompt share of positions whose argmax agrees with the control's."""
+PARITY_NULL_KL_MAX = "parity_null_kl_max"
+"""Noise floor: largest KL of the control against itself (the null arm the gates use)."""
+PARITY_NULL_ABS_DLOGPROB_MAX = "parity_null_abs_dlogprob_max"
+"""Noise floor: largest |delta logprob| of the control against itself."""
+PARITY_NULL_TOKEN_FLIPS = "parity_null_token_flips"
+"""Noise floor: null comparisons whose greedy tokens differ (aggregated cells)."""
+PARITY_KL_OVER_FLOOR = "parity_kl_over_floor"
+"""P/D: largest KL over the KL gate's threshold (margin x null floor + tolerance); above 1 a prompt
+exceeds the engine's own noise."""
+PARITY_ABS_DLOGPROB_OVER_FLOOR = "parity_abs_dlogprob_over_floor"
+"""P/D: largest |delta logprob| over its gate's threshold."""
+PARITY_FAILING_PROMPTS = "parity_failing_prompts"
+"""P/D: evidence prompts beyond the noise floor."""
+PARITY_FIRST_DIVERGENT_BLOCK = "parity_first_divergent_block"
+"""P/D: the earliest KV block (1-based, of the cell's smaller logical block size) the divergence can
+start at, from the prompt lengths that match and fail (canary.checks.parity.gates.first_divergent_block);
+only when prompts fail in a block-position pattern."""
+PARITY_DRIFT_PROMPTS = "parity_drift_prompts"
+"""Candidate image: prompts compared with the baseline image's control."""
+PARITY_DRIFT_TOKEN_FLIPS = "parity_drift_token_flips"
+"""Candidate image: prompts whose greedy tokens differ from the baseline image's."""
+PARITY_DRIFT_KL_MAX = "parity_drift_kl_max"
+"""Candidate image: largest KL estimate against the baseline image's generation."""
+PARITY_DRIFT_ABS_DLOGPROB_MAX = "parity_drift_abs_dlogprob_max"
+"""Candidate image: largest |delta logprob| against the baseline image."""
+PARITY_DRIFT_FIRST_DIFF_MIN = "parity_drift_first_diff_min"
+"""Candidate image: the earliest output position that differs from the baseline image's."""
+PARITY_DRIFT_KL_OVER_FLOOR = "parity_drift_kl_over_floor"
+"""Candidate image: largest drift KL over the drift KL gate's threshold (both images' null arms)."""
+PARITY_DRIFT_FAILED_GATES = "parity_drift_failed_gates"
+"""Candidate image: drift gates that failed (0: within both images' noise)."""

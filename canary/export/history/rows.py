@@ -1,0 +1,115 @@
+"""A RunResult flattened into history rows (the tables of canary.export.history.store)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from canary.judge.results import FAILING_VERDICTS, RunResult
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run."""
+
+    run_id: str
+    config_name: str
+    platform: str
+    target: str
+    baseline_image: str
+    started_at: str
+    finished_at: str
+    canary_version: str
+    interrupted: int
+    cells_total: int
+    cells_failing: int
+
+
+@dataclass(frozen=True)
+class CellRow:
+    """One cell of a run, with its image and verdict."""
+
+    run_id: str
+    cell_id: str
+    image: str
+    image_ref: str
+    topology: str
+    backend: str
+    verdict: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """One check of a cell."""
+
+    run_id: str
+    cell_id: str
+    check_name: str
+    verdict: str
+    summary: str
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    """One number: run x cell x check x metric."""
+
+    run_id: str
+    cell_id: str
+    check_name: str
+    metric: str
+    value: float
+
+
+@dataclass(frozen=True)
+class RunRows:
+    """Every row of one run."""
+
+    run: RunRow
+    cells: list[CellRow]
+    checks: list[CheckRow]
+    metrics: list[MetricRow]
+
+
+def _iso(value: object) -> str:
+    return "" if value is None else value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def flatten(run: RunResult) -> RunRows:
+    """The rows of a run; non-finite numbers are left out (they mean "not measured")."""
+    run_row = RunRow(
+        run_id=run.run_id,
+        config_name=run.config_name,
+        platform=run.platform,
+        target=run.target,
+        baseline_image=run.baseline_image,
+        started_at=_iso(run.started_at),
+        finished_at=_iso(run.finished_at),
+        canary_version=run.canary_version,
+        interrupted=int(run.interrupted),
+        cells_total=len(run.cells),
+        cells_failing=sum(1 for c in run.cells if c.verdict in FAILING_VERDICTS),
+    )
+    cells: list[CellRow] = []
+    checks: list[CheckRow] = []
+    metrics: list[MetricRow] = []
+    for result in run.cells:
+        cell = result.cell
+        cells.append(
+            CellRow(
+                run.run_id,
+                cell.id,
+                cell.image,
+                cell.image_ref,
+                cell.topology,
+                cell.backend,
+                result.verdict,
+                result.reason,
+            )
+        )
+        for check in result.checks:
+            checks.append(CheckRow(run.run_id, cell.id, check.name, check.verdict, check.summary))
+            for key, value in sorted(check.metrics.items()):
+                if isinstance(value, int | float) and math.isfinite(value):
+                    metrics.append(MetricRow(run.run_id, cell.id, check.name, key, float(value)))
+    return RunRows(run=run_row, cells=cells, checks=checks, metrics=metrics)

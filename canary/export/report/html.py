@@ -1,0 +1,332 @@
+"""summary.html: one self-contained file (inline CSS and SVG, no scripts, no external assets) for
+people who run `make canary` without a Grafana: a banner that says why the run failed, the matrix
+heatmaps (each tile links to its cell's details), the per-cell numbers, what changed against the
+previous and the last good run with sparklines of the key metrics (canary.export.report.trends), the
+latency, throughput and GSM8K plots (invalid or corrupted cells hatched, never scaled to), and
+every cell's details. Readable from 900 px wide: wide tables scroll inside their own box, the
+charts scale down, long words wrap; tests/report/test_report_browser.py checks it in chromium."""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+
+from canary.core.atomic import write_atomic
+from canary.core.svg import BAR_COLORS, Bar, Tile, hbar_chart, heatmap, sparkline
+from canary.export.report.grid import (
+    DETAIL_COLUMNS,
+    accuracy_interval,
+    anchor,
+    cell_value,
+    check_verdicts,
+    fmt,
+    kv_grain,
+    log_excerpt,
+    not_to_scale,
+    number,
+    sections,
+)
+from canary.export.report.outcome import attempts_line, headline, not_passing, status_word, why
+from canary.export.report.trends import (
+    KEY_METRICS,
+    NO_PREVIOUS,
+    CellTrend,
+    Seen,
+    Trends,
+    changes,
+    same_run,
+    verdict_changed,
+)
+from canary.judge.results import LATENCIES, CellResult, RunResult
+from canary.judge.verdicts import OUTCOME_COLOR, VERDICT_COLOR
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:24px;color:#212121;max-width:1400px}
+h1{font-size:22px;overflow-wrap:anywhere}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #e0e0e0}
+h3{font-size:15px;overflow-wrap:anywhere}p,li{overflow-wrap:anywhere}
+.scroll{overflow-x:auto;max-width:100%}
+table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #e0e0e0;padding:3px 6px;text-align:left;
+vertical-align:top}th{background:#f5f5f5}td.reason{min-width:16em}td:first-child{min-width:14em}td.num{white-space:nowrap}
+.v{color:#fff;padding:1px 6px;border-radius:3px;white-space:nowrap}
+.grid{display:flex;flex-wrap:wrap;gap:16px}.grid>svg,svg{max-width:100%;height:auto}
+pre{background:#f5f5f5;padding:8px;overflow-x:auto;font-size:12px;max-width:100%}
+.legend span{margin-right:10px;display:inline-block}
+.banner{padding:8px 12px;border-left:8px solid;background:#fafafa;margin:12px 0}
+.banner .outcome{font-weight:bold;font-size:16px;margin:0 0 6px 0}.banner ul{margin:4px 0;padding-left:20px}
+.note{color:#546e7a;font-size:13px}.changed{font-weight:bold}
+.spark{display:inline-block;margin:0 10px 4px 0;font-size:11px;color:#546e7a;vertical-align:top}
+.spark svg{display:block}
+.cell{border-top:1px solid #e0e0e0;padding-top:4px}
+"""
+
+
+def _badge(verdict: str) -> str:
+    return f"<span class='v' style='background:{VERDICT_COLOR[verdict]}'>{escape(verdict)}</span>"
+
+
+def _cell_id(cell_id: str) -> str:
+    """A cell id that may break after its dots (and nowhere else) in a narrow column."""
+    return "<code>" + ".<wbr>".join(escape(part) for part in cell_id.split(".")) + "</code>"
+
+
+def _link(result: CellResult) -> str:
+    return f"<a href='#{escape(anchor(result.cell.id))}'>{_cell_id(result.cell.id)}</a>"
+
+
+def _banner(run: RunResult, trends: Trends) -> str:
+    """The outcome in one line, then every cell that kept the run from passing with why (linked)."""
+    items = "".join(
+        f"<li>{_link(result)} {_badge(result.verdict)} {escape(why(result))}</li>" for result in not_passing(run)
+    )
+    listed = f"<ul>{items}</ul>" if items else ""
+    if trends.note:
+        history = trends.note
+    elif trends.runs_read:
+        history = f"compared with {trends.runs_read} earlier run(s) of {run.config_name} from the run history"
+    else:
+        history = f"{NO_PREVIOUS}: this is the first run of {run.config_name} in the history"
+    return (
+        f"<div class='banner' style='border-color:{OUTCOME_COLOR[run.outcome]}'>"
+        f"<p class='outcome {run.outcome}'>{escape(headline(run))}</p>{listed}"
+        f"<p class='note'>{escape(history)}</p></div>"
+    )
+
+
+def _heatmaps(run: RunResult) -> str:
+    parts = []
+    for section in sections(run):
+        tiles: dict[tuple[str, str], list[Tile]] = {}
+        for key, entries in section.entries.items():
+            tiles[key] = [
+                Tile(
+                    color=VERDICT_COLOR[e.verdict],
+                    text=(e.variant or e.verdict)[:20],
+                    tooltip=f"{e.result.cell.id}: {e.verdict}. {e.result.reason}",
+                    href=f"#{anchor(e.result.cell.id)}",
+                )
+                for e in entries
+            ]
+        parts.append(heatmap(section.title, section.rows, section.columns, tiles))
+    legend = "".join(f"<span>{_badge(v)}</span>" for v in VERDICT_COLOR)
+    return (
+        f"<p class='legend'>{legend}</p><p class='note'>A tile links to its cell's details.</p>"
+        f"<div class='grid'>{''.join(parts)}</div>"
+    )
+
+
+def _latency_charts(run: RunResult) -> str:
+    charts = []
+    for index, (kind, words) in enumerate(LATENCIES.items()):
+        bars = []
+        for result in run.cells:
+            p50 = number(result, "throughput", f"{kind}_p50_s")
+            if p50 is None:
+                continue
+            p90 = number(result, "throughput", f"{kind}_p90_s")
+            p99 = number(result, "throughput", f"{kind}_p99_s")
+            bars.append(
+                Bar(
+                    label=result.cell.id,
+                    value=p50 * 1000,
+                    low=p50 * 1000 if p99 is not None else None,
+                    high=p99 * 1000 if p99 is not None else None,
+                    tooltip=f"{result.cell.id} {kind}: p50 {fmt(p50, 's')}, p90 {fmt(p90, 's')}, p99 {fmt(p99, 's')}",
+                    color=BAR_COLORS[index % len(BAR_COLORS)],
+                    not_to_scale=not_to_scale(check_verdicts(result), "throughput"),
+                )
+            )
+        charts.append(hbar_chart(f"{kind.upper()} p50 (bar) to p99 (whisker): {words}", bars, "ms"))
+    return "<div class='grid'>" + "".join(charts) + "</div>"
+
+
+def _throughput_chart(run: RunResult) -> str:
+    bars = []
+    for result in run.cells:
+        value = number(result, "throughput", "output_tokens_per_s")
+        if value is None:
+            continue
+        rps = number(result, "throughput", "requests_per_s")
+        color = BAR_COLORS[0] if result.cell.image == (run.baseline_image or result.cell.image) else BAR_COLORS[1]
+        bars.append(
+            Bar(
+                result.cell.id,
+                value,
+                tooltip=f"{result.cell.id}: {value:.1f} tok/s, {fmt(rps)} req/s",
+                color=color,
+                not_to_scale=not_to_scale(check_verdicts(result), "throughput"),
+            )
+        )
+    return hbar_chart("Output tokens per second (pink: not the baseline image)", bars, "tok/s")
+
+
+def _accuracy_chart(run: RunResult) -> str:
+    bars = []
+    gates = set()
+    for result in run.cells:
+        acc = number(result, "accuracy", "accuracy")
+        if acc is None:
+            continue
+        gate = number(result, "accuracy", "accuracy_threshold")
+        check = result.check("accuracy")
+        failed = check is not None and check.verdict == "fail"
+        if gate is not None:
+            gates.add(round(gate, 4))
+        bars.append(
+            Bar(
+                result.cell.id,
+                acc,
+                low=number(result, "accuracy", "accuracy_wilson_low"),
+                high=number(result, "accuracy", "accuracy_wilson_high"),
+                tooltip=f"{result.cell.id}: {accuracy_interval(result)}"
+                + (f", gate {gate:.2f}" if gate is not None else ""),
+                color=VERDICT_COLOR["fail"] if failed else BAR_COLORS[0],
+                not_to_scale=not_to_scale(check_verdicts(result), "accuracy"),
+            )
+        )
+    reference = (next(iter(gates)), f"gate {next(iter(gates)):.2f}") if len(gates) == 1 else None
+    return hbar_chart(
+        "GSM8K accuracy with its Wilson interval (red: the accuracy check failed)",
+        bars,
+        "accuracy",
+        maximum=1.0,
+        points=True,
+        reference=reference,
+    )
+
+
+def _table(run: RunResult) -> str:
+    head = "".join(
+        f"<th>{escape(h)}</th>" for h in ("cell", "verdict", *(c.header for c in DETAIL_COLUMNS), "KV grain", "reason")
+    )
+    rows = []
+    for result in run.cells:
+        values = "".join(f"<td class='num'>{escape(cell_value(result, c))}</td>" for c in DETAIL_COLUMNS)
+        rows.append(
+            f"<tr><td>{_link(result)}</td><td>{_badge(result.verdict)}</td>{values}"
+            f"<td>{escape(kv_grain(result))}</td><td class='reason'>{escape(result.reason)}</td></tr>"
+        )
+    return f"<div class='scroll'><table><tr>{head}</tr>{''.join(rows)}</table></div>"
+
+
+def _against(seen: Seen | None, result: CellResult) -> str:
+    """The change against an earlier run, one line per item, the verdict bold when it changed."""
+    lines = changes(seen, result)
+    if seen is None:
+        return f"<span class='note'>{escape(lines[0])}</span>"
+    first = f"<span class='changed'>{escape(lines[0])}</span>" if verdict_changed(seen, result) else escape(lines[0])
+    rest = "".join(f"<br>{escape(line)}" for line in lines[1:])
+    return f"<span class='note'>{escape(seen.run_id)}</span><br>{first}{rest}"
+
+
+def _last_good(trend: CellTrend, result: CellResult) -> str:
+    if same_run(trend):
+        return "<span class='note'>the previous run</span>"
+    if trend.previous is not None and trend.last_good is None:
+        return "<span class='note'>none in the runs read</span>"
+    return _against(trend.last_good, result)
+
+
+def _sparks(result: CellResult, trend: CellTrend) -> str:
+    parts = []
+    for column in KEY_METRICS:
+        points = trend.recent.get(column)
+        if not points:
+            continue
+        title = f"{result.cell.id}: {column.header} over the last {len(points)} runs"
+        parts.append(f"<span class='spark'>{escape(column.header)}{sparkline(title, points)}</span>")
+    if parts:
+        return "".join(parts)
+    return f"<span class='note'>{NO_PREVIOUS if trend.previous is None else 'no numbers'}</span>"
+
+
+def _changes(run: RunResult, trends: Trends) -> str:
+    rows = []
+    for result in run.cells:
+        trend = trends.of(result.cell.id)
+        rows.append(
+            f"<tr><td>{_link(result)}<br>{_badge(result.verdict)}</td>"
+            f"<td>{_against(trend.previous, result)}</td><td>{_last_good(trend, result)}</td>"
+            f"<td>{_sparks(result, trend)}</td></tr>"
+        )
+    head = "<tr><th>cell</th><th>vs previous run</th><th>vs last good run</th><th>recent runs</th></tr>"
+    return (
+        "<p class='note'>Last good run: the newest earlier run where the cell passed or failed as expected. "
+        "Sparklines: oldest left, this run the big dot; grey ticks: not comparable (invalid, or a "
+        "corrupted cell's speed).</p>"
+        f"<div class='scroll'><table>{head}{''.join(rows)}</table></div>"
+    )
+
+
+def _check_items(result: CellResult) -> str:
+    items = []
+    for check in result.checks:
+        if check.verdict == "pass":
+            items.append(f"<li><b>{escape(check.name)}</b> {_badge(check.verdict)} {escape(check.summary)}</li>")
+            continue
+        gates = "".join(
+            f"<li>gate <code>{escape(g.name)}</code> {'passed' if g.passed else 'FAILED'}: "
+            f"observed {escape(fmt(g.observed))}, threshold {escape(fmt(g.threshold))}. {escape(g.detail)}</li>"
+            for g in check.gates
+        )
+        excerpt = log_excerpt(check)
+        pre = f"<pre>{escape(excerpt[-6000:])}</pre>" if excerpt else ""
+        fclass = check.evidence.get("failure_class")
+        fc = f" (failure class <code>{escape(str(fclass))}</code>)" if fclass else ""
+        tries = attempts_line(check)
+        fc += f"<br>{escape(tries)}" if tries else ""
+        items.append(
+            f"<li><b>{escape(check.name)}</b> {_badge(check.verdict)} {escape(check.summary)}{fc}"
+            f"<ul>{gates}</ul>{pre}</li>"
+        )
+    return "".join(items)
+
+
+def _details(run: RunResult, trends: Trends) -> str:
+    """One section per cell (the grid's and the tables' links land here)."""
+    parts = []
+    for result in run.cells:
+        trend = trends.of(result.cell.id)
+        logs = " ".join(f"<a href='{escape(path)}'>{escape(role)}</a>" for role, path in sorted(result.logs.items()))
+        checks = _check_items(result)
+        parts.append(
+            f"<section class='cell' id='{escape(anchor(result.cell.id))}'>"
+            f"<h3>{_cell_id(result.cell.id)} {_badge(result.verdict)}</h3>"
+            f"<p>{escape(result.reason)}</p>"
+            f"<p>vs previous run: {_against(trend.previous, result).replace('<br>', '; ')}<br>"
+            f"vs last good run: {_last_good(trend, result).replace('<br>', '; ')}</p>"
+            + (f"<p>{_sparks(result, trend)}</p>" if trend.recent else "")
+            + (f"<ul>{checks}</ul>" if checks else "")
+            + (f"<p>logs: {logs}</p>" if logs else "")
+            + "</section>"
+        )
+    return "".join(parts)
+
+
+def render(run: RunResult, trends: Trends | None = None) -> str:
+    """The HTML report of a run, compared with its history when trends are given."""
+    trends = trends or Trends()
+    counts = " ".join(f"{_badge(v)} {n}" for v, n in sorted(run.counts().items()))
+    finished = run.finished_at.isoformat(timespec="seconds") if run.finished_at else "not finished"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>vllm-canary {escape(run.run_id)}</title>
+<style>{CSS}</style></head><body>
+<h1>vllm-canary run <code>{escape(run.run_id)}</code>: {status_word(run)}</h1>
+{_banner(run, trends)}
+<p>config <code>{escape(run.config_name)}</code>, platform <code>{escape(run.platform)}</code>, target
+<code>{escape(run.target)}</code>; started {escape(run.started_at.isoformat(timespec="seconds"))}, finished
+{escape(finished)} ({run.duration_s:.0f} s){" <b>interrupted</b>" if run.interrupted else ""}; cells: {counts}</p>
+<h2>Matrix</h2>{_heatmaps(run)}
+<h2>Cells</h2>{_table(run)}
+<h2>Changes</h2>{_changes(run, trends)}
+<h2>Latency under load</h2>{_latency_charts(run)}
+<h2>Throughput</h2>{_throughput_chart(run)}
+<h2>GSM8K accuracy</h2>{_accuracy_chart(run)}
+<h2>Cell details</h2>{_details(run, trends)}
+</body></html>
+"""
+
+
+def write_html(run: RunResult, run_dir: Path, trends: Trends | None = None) -> Path:
+    """Write summary.html."""
+    return write_atomic(run_dir / "summary.html", render(run, trends))

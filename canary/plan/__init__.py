@@ -1,0 +1,1 @@
+"""Plan: cells, the matrix and its reduction, GPU waves and the nightly rotation (pure, no I/O but state)."""

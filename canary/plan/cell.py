@@ -1,0 +1,126 @@
+"""A cell of the matrix: one deployment (model, image, backend, block sizes, KV dtype, runner, topology).
+
+What the planner (canary.plan.matrix) knows about it: its status, why, its risk flags and the known outcome.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from canary.config import Expectation, Runner, Topology
+from canary.plan.kube_names import k8s_name_for
+
+CellStatus = Literal["planned", "skipped", "unsupported"]
+
+RISK_KERNEL_SPLIT = "kernel-split"
+RISK_PD_BLOCK_MISMATCH = "pd-block-mismatch"
+RISK_COMPRESSED_CACHE = "compressed-cache"
+RISK_MRV2_PD = "mrv2-pd"
+RISK_MIXED_PAIR = "mixed-pair"
+HIGH_RISKS = frozenset({RISK_KERNEL_SPLIT, RISK_PD_BLOCK_MISMATCH, RISK_COMPRESSED_CACHE, RISK_MIXED_PAIR})
+
+
+class Cell(BaseModel):
+    """One deployment of the matrix and what the planner knows about it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(description="Stable readable id, e.g. pd.flashinfer.p128-d128.fp8.v2.patched.")
+    k8s_name: str = Field(
+        "",
+        description="DNS-1123 label form of the id (canary.plan.kube_names.k8s_name_for; filled in from the id "
+        "when not given or empty).",
+    )
+    model: str = Field(description="Served model name.")
+    model_source: str = Field(description="HF id, directory, or builtin:tiny.")
+    backend: str = Field(description="Attention backend asked for.")
+    prefill_block_size: int = Field(description="--block-size of prefill (or of the aggregated server).")
+    decode_block_size: int = Field(description="--block-size of decode (== prefill when aggregated).")
+    kernel_block_prefill: int | None = Field(description="Kernel block size prefill runs with (None: none fits).")
+    kernel_block_decode: int | None = Field(description="Kernel block size decode runs with (None: none fits).")
+    kv_cache_dtype: str = Field(description="--kv-cache-dtype.")
+    runner: Runner = Field(description="Model runner asked for.")
+    topology: Topology = Field(description="aggregated or pd-nixl.")
+    image: str = Field(description="Image key.")
+    image_ref: str = Field(description="Image reference.")
+    status: CellStatus = Field(description="planned, skipped (impossible) or unsupported (not on this platform).")
+    reason: str | None = Field(None, description="Why skipped or unsupported.")
+    risks: tuple[str, ...] = Field((), description="Risk flags.")
+    expect: Expectation | None = Field(None, description="Known outcome from the config.")
+    storage_block_prefill: int | None = Field(
+        None, description="Compressed-cache models: prefill's storage block, block size / compress_ratio."
+    )
+    storage_block_decode: int | None = Field(
+        None, description="Compressed-cache models: decode's storage block, block size / compress_ratio."
+    )
+    decode_runner: Runner | None = Field(None, description="Decode's runner in a mixed pair (None: == runner).")
+    decode_image: str | None = Field(None, description="Decode's image key in a mixed pair (None: == image).")
+    decode_image_ref: str | None = Field(None, description="Decode's image reference in a mixed pair.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_from_id(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("k8s_name") and isinstance(data.get("id"), str):
+            return {**data, "k8s_name": k8s_name_for(data["id"])}
+        return data
+
+    @property
+    def mixed(self) -> bool:
+        """A P/D pair whose sides run different runners or images (a rolling upgrade)."""
+        return self.decode_runner is not None or self.decode_image is not None
+
+    def runner_for(self, role: str) -> Runner:
+        """The model runner a role runs (decode may differ in a mixed pair)."""
+        return self.decode_runner if role == "decode" and self.decode_runner is not None else self.runner
+
+    def image_for(self, role: str) -> str:
+        """The image key a role runs (decode may differ in a mixed pair)."""
+        return self.decode_image if role == "decode" and self.decode_image is not None else self.image
+
+    def image_ref_for(self, role: str) -> str:
+        """The image reference a role runs."""
+        return self.decode_image_ref if role == "decode" and self.decode_image_ref is not None else self.image_ref
+
+    @property
+    def high_risk(self) -> bool:
+        """Whether any risk flag is one of the classes that broke vLLM."""
+        return any(r in HIGH_RISKS for r in self.risks)
+
+    @property
+    def block_label(self) -> str:
+        """b32 for aggregated, p32-d64 for P/D."""
+        if self.topology == "aggregated":
+            return f"b{self.prefill_block_size}"
+        return f"p{self.prefill_block_size}-d{self.decode_block_size}"
+
+    @property
+    def kernel_label(self) -> str:
+        """Kernel block(s) as text."""
+
+        def one(size: int | None) -> str:
+            return "-" if size is None else str(size)
+
+        if self.topology == "aggregated":
+            return one(self.kernel_block_prefill)
+        return f"{one(self.kernel_block_prefill)}/{one(self.kernel_block_decode)}"
+
+    def axis_values(self) -> dict[str, str]:
+        """The cell's coordinates, used for pairwise coverage and labels."""
+        return {
+            "model": self.model,
+            "backend": self.backend,
+            "prefill_block_size": str(self.prefill_block_size),
+            "decode_block_size": str(self.decode_block_size),
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "runner": self.runner,
+            "topology": self.topology,
+            "image": self.image,
+            # a mixed pair's other side is a coordinate of its own; homogeneous cells keep the classic axes
+            **(
+                {"decode_runner": self.runner_for("decode"), "decode_image": self.image_for("decode")}
+                if self.mixed
+                else {}
+            ),
+        }

@@ -1,0 +1,420 @@
+"""GPU budget, waves and the nightly wall-time estimate: pure functions, no I/O.
+
+A cell holds GPUs while it is deployed: an aggregated server `tensor_parallel_size` GPUs, a P/D
+pair twice that (prefill + decode; the router none). The Kubernetes target deploys the cells in
+*waves* whose GPUs fit `target.kubernetes.gpu_budget`, tears each wave down before the next, and
+a run must end inside the CronJob's deadline (`target.kubernetes.job_deadline_s`, which the
+helm/canary chart reads from the same config as its activeDeadlineSeconds).
+
+The time model (`EstimateModel`; every constant lives there):
+
+- A wave: create its objects (`deploy_s`), wait for its cells to start *in parallel*
+  (`target.kubernetes.typical_start_s`; at worst `ready_timeout_s`), run every cell's checks
+  *one cell after another* (one controller, one load generator: measurements of one cell are not
+  disturbed by another's load), delete the objects and wait for the pods to go (`teardown_s`).
+- A cell's checks, from its config (`checks.*`), with `token_s` seconds per generated token of a
+  sequence and `request_s` per request on top (prefill, HTTP):
+  kv_transfer (P/D): `probe_requests` requests of 4 tokens;
+  parity (`parity_phases`, from `checks.parity`; n = the prompts of
+  `canary.plan.parity_lengths.prompt_lengths`): 2n `/tokenize` requests (`tokenize_s` each); an
+  aggregated control n greedy requests of `max_tokens` one at a time (the prefix-cache miss), then
+  one wave of `null_concurrency` in flight: n again (the null arm), n altered-first-block twins of
+  min(`max_tokens`, `dependence_tokens`) tokens (the evidence check), n teacher-forced re-scorings
+  (one token); a P/D cell one wave of n generations through the router and n re-scorings on its
+  prefill server (at most n: only evidence prompts are sent), plus the control's requests when no
+  aggregated control is planned (it then measures the reference on its own prefill server). A
+  wave's requests of one kind take `ceil(requests / concurrency)` rounds;
+  accuracy: `ceil(limit / num_concurrent)` rounds of `max_gen_toks` tokens (no early stop);
+  throughput: per repeat, closed loop `ceil((num_requests + warmup) / concurrency)` rounds of
+  `output_tokens` tokens, open loop `(num_requests + warmup) / request_rate` s, at most
+  `max_duration_s`.
+- A run fits when its typical estimate is at most `fill_ratio` of the deadline (the rest is the
+  margin for slow starts, retries and export).
+
+Rolling coverage: when the planned cells do not fit one run, the *nightly* cells (those matching
+`target.kubernetes.rotation.every_night`; by default every high-risk cell) run every night with
+the aggregated controls of their P/D cells, and the other cells fill the rest of the window,
+least recently checked first (never checked first of all, high-risk before the others, then plan
+order). `select_night` is given the last-checked times (canary/plan/rotation.py keeps them) and
+returns tonight's cells.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from canary.config import CanaryConfig, CellMatch
+from canary.errors import CanaryError
+from canary.plan.cell import Cell
+from canary.plan.matrix import matches
+from canary.plan.parity_lengths import cell_prompt_lengths, prompt_lengths
+
+KEY_BUDGET = "target.kubernetes.gpu_budget"
+KEY_DEADLINE = "target.kubernetes.job_deadline_s"
+KEY_NIGHTLY = "target.kubernetes.rotation.every_night"
+KEY_REDUCTION = "matrix.reduction"
+KEY_TP = "models[].tensor_parallel_size"
+
+
+class ScheduleError(CanaryError):
+    """The plan cannot be scheduled inside the GPU budget or the deadline. Exits 2."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class EstimateModel:
+    """Every constant of the wall-time estimate, in one place (seconds)."""
+
+    token_s: float = 0.02
+    """One generated token of one sequence at the checks' concurrency (an H200 decode step with a
+    small batch is 5-15 ms; 20 ms leaves room for bigger models and fp8 dequantisation)."""
+    request_s: float = 0.25
+    """Per request on top of its tokens: prefill of a few-shot prompt, HTTP, the router hop."""
+    deploy_s: float = 15.0
+    """Render the wave with helm and create its objects."""
+    teardown_s: float = 90.0
+    """Delete a wave and wait for its pods to go (vllm-pd's terminationGracePeriodSeconds is 60)."""
+    fill_ratio: float = 0.85
+    """Share of the deadline a run's typical estimate may fill."""
+    tokenize_s: float = 0.02
+    """One `/tokenize` request (no model work: HTTP and the tokenizer)."""
+
+
+DEFAULT_MODEL = EstimateModel()
+
+
+def gpus_per_cell(cell: Cell, config: CanaryConfig) -> int:
+    """GPUs a cell holds: tensor_parallel_size for an aggregated server, twice that for P/D."""
+    model = next((m for m in config.models if m.name == cell.model), None)
+    if model is None:
+        raise ScheduleError(f"cell {cell.id}: model {cell.model!r} is not in the config")
+    servers = 1 if cell.topology == "aggregated" else 2
+    return servers * model.tensor_parallel_size
+
+
+# --------------------------------------------------------------------------- check durations
+
+
+def _rounds(requests: int, concurrency: int) -> int:
+    return math.ceil(requests / max(1, concurrency))
+
+
+def parity_prompt_count(config: CanaryConfig, cell: Cell | None = None) -> int:
+    """Prompts the parity check sends on a cell (canary.plan.parity_lengths.cell_prompt_lengths;
+    no cell: an aggregated one, every length of the config)."""
+
+    every = prompt_lengths(config)
+    return len(every) if cell is None else len(cell_prompt_lengths(config, cell, every))
+
+
+@dataclass(frozen=True)
+class RequestPhase:
+    """Requests of one kind a check sends: `tokens` generated tokens each, `concurrency` in flight."""
+
+    what: str
+    requests: int
+    tokens: int
+    concurrency: int
+
+    def seconds(self, model: EstimateModel) -> float:
+        """`ceil(requests / concurrency)` rounds of one request and its tokens."""
+        return _rounds(self.requests, self.concurrency) * (model.request_s + self.tokens * model.token_s)
+
+
+def parity_phases(config: CanaryConfig, pd: bool, own_reference: bool, prompts: int) -> list[RequestPhase]:
+    """The parity check's generation requests on one cell (canary/checks/parity/check.py), from
+    `checks.parity`: the control's reference, null arm and evidence twins (an aggregated cell, or a
+    P/D cell without a planned control: `own_reference`), and a P/D cell's generations and
+    re-scorings. `prompts`: parity_prompt_count(config). The /tokenize requests are not phases
+    (no model work): 2 per prompt, EstimateModel.tokenize_s each."""
+    settings = config.checks.parity
+    tokens, wave = settings.max_tokens, settings.null_concurrency
+    phases: list[RequestPhase] = []
+    if not pd or own_reference:
+        phases += [
+            RequestPhase("reference (prefix-cache miss, one at a time)", prompts, tokens, 1),
+            RequestPhase("null arm (again, in a concurrent wave)", prompts, tokens, wave),
+            RequestPhase("altered-first-block twins", prompts, min(tokens, settings.dependence_tokens), wave),
+            RequestPhase("null arm (teacher-forced re-scoring)", prompts, 1, wave),
+        ]
+    if pd:
+        phases += [
+            RequestPhase("P/D generations through the router", prompts, tokens, wave),
+            RequestPhase("teacher-forced re-scoring on the prefill server", prompts, 1, wave),
+        ]
+    return phases
+
+
+def parity_seconds(
+    config: CanaryConfig, pd: bool, own_reference: bool, prompts: int, model: EstimateModel = DEFAULT_MODEL
+) -> float:
+    """Estimated seconds of the parity check on one cell (parity_phases plus the /tokenize requests)."""
+    phases = parity_phases(config, pd, own_reference, prompts)
+    return 2 * prompts * model.tokenize_s + sum(phase.seconds(model) for phase in phases)
+
+
+def check_seconds(
+    cell: Cell,
+    config: CanaryConfig,
+    model: EstimateModel = DEFAULT_MODEL,
+    parity_prompts: int | None = None,
+    own_reference: bool = False,
+) -> dict[str, float]:
+    """Estimated seconds of each enabled check of a started cell (startup's wait is the wave's).
+    `parity_prompts`: parity_prompt_count(config), when the caller has it already; `own_reference`:
+    a P/D cell without a planned aggregated control (its parity measures the reference itself)."""
+    checks = config.checks
+    pd = cell.topology == "pd-nixl"
+    per_token, per_request = model.token_s, model.request_s
+    out: dict[str, float] = {}
+    if pd and checks.kv_transfer.enabled:
+        out["kv_transfer"] = checks.kv_transfer.probe_requests * (per_request + 4 * per_token)
+    if checks.parity.enabled:
+        prompts = parity_prompt_count(config, cell) if parity_prompts is None else parity_prompts
+        out["parity"] = parity_seconds(config, pd, own_reference, prompts, model)
+    if checks.accuracy.enabled:
+        accuracy = checks.accuracy
+        rounds = _rounds(accuracy.limit, accuracy.num_concurrent)
+        out["accuracy"] = rounds * (per_request + accuracy.max_gen_toks * per_token)
+    if checks.throughput.enabled:
+        load = checks.throughput
+        requests = load.num_requests + load.warmup_requests
+        if load.request_rate is not None:
+            one = requests / load.request_rate + per_request + load.output_tokens * per_token
+        else:
+            one = _rounds(requests, load.concurrency) * (per_request + load.output_tokens * per_token)
+        out["throughput"] = load.repeats * min(float(load.max_duration_s), one)
+    return {name: round(seconds, 1) for name, seconds in out.items()}
+
+
+def cell_check_seconds(
+    cell: Cell,
+    config: CanaryConfig,
+    model: EstimateModel = DEFAULT_MODEL,
+    parity_prompts: int | None = None,
+    own_reference: bool = False,
+) -> float:
+    """All checks of one cell, seconds (arguments: check_seconds)."""
+    return sum(check_seconds(cell, config, model, parity_prompts, own_reference).values())
+
+
+def checks_by_cell(
+    cells: Sequence[Cell], planned: Sequence[Cell], config: CanaryConfig, model: EstimateModel = DEFAULT_MODEL
+) -> dict[str, float]:
+    """Cell id -> seconds of its checks; a P/D cell whose aggregated control is not in `planned`
+    measures its parity reference itself."""
+
+    every = prompt_lengths(config) if config.checks.parity.enabled else []
+    return {
+        c.id: cell_check_seconds(
+            c, config, model, len(cell_prompt_lengths(config, c, every)), control_of(c, planned) is None
+        )
+        for c in cells
+    }
+
+
+# --------------------------------------------------------------------------- waves
+
+
+@dataclass(frozen=True)
+class Wave:
+    """Cells deployed together, and the estimate of the wave's wall time."""
+
+    index: int
+    cells: tuple[Cell, ...]
+    gpus: int
+    typical_s: float
+    worst_s: float
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Tonight's waves, the cells left for later nights, and the numbers behind it."""
+
+    waves: tuple[Wave, ...]
+    deferred: tuple[Cell, ...]
+    budget: int
+    deadline_s: int
+    gpus: Mapping[str, int]
+    model: EstimateModel = field(default=DEFAULT_MODEL)
+
+    @property
+    def cells(self) -> list[Cell]:
+        """Tonight's cells in run order."""
+        return [cell for wave in self.waves for cell in wave.cells]
+
+    @property
+    def typical_s(self) -> float:
+        """Estimated wall time with typical starts."""
+        return sum(w.typical_s for w in self.waves)
+
+    @property
+    def worst_s(self) -> float:
+        """Estimated wall time when every wave waits the whole startup deadline."""
+        return sum(w.worst_s for w in self.waves)
+
+    @property
+    def window_s(self) -> float:
+        """What a run may fill: fill_ratio of the deadline."""
+        return self.deadline_s * self.model.fill_ratio
+
+    @property
+    def peak_gpus(self) -> int:
+        """The most GPUs any wave holds."""
+        return max((w.gpus for w in self.waves), default=0)
+
+
+def run_order(cells: Sequence[Cell]) -> list[Cell]:
+    """Aggregated controls before the P/D cells that compare against them (stable otherwise)."""
+    return sorted(cells, key=lambda c: c.topology != "aggregated")
+
+
+def pack(
+    cells: Sequence[Cell],
+    config: CanaryConfig,
+    budget: int,
+    model: EstimateModel = DEFAULT_MODEL,
+    check_s: Mapping[str, float] | None = None,
+) -> list[Wave]:
+    """Pack cells, in the given order, into waves of at most `budget` GPUs (next fit: the order is
+    kept, so controls and high-risk cells come first). Each wave runs its aggregated cells first.
+    `check_s` (cell id -> seconds of its checks) saves recomputing them."""
+    settings = config.target.kubernetes
+    if check_s is None:
+        check_s = checks_by_cell(cells, cells, config, model)
+    waves: list[list[Cell]] = []
+    used = 0
+    for cell in cells:
+        need = gpus_per_cell(cell, config)
+        if need > budget:
+            raise ScheduleError(
+                f"cell {cell.id} needs {need} GPUs, more than {KEY_BUDGET} ({budget}): raise the budget "
+                f"or lower {KEY_TP}"
+            )
+        if not waves or used + need > budget:
+            waves.append([])
+            used = 0
+        waves[-1].append(cell)
+        used += need
+    out: list[Wave] = []
+    for index, members in enumerate(waves, start=1):
+        checks = sum(check_s[c.id] for c in members)
+        fixed = model.deploy_s + checks + model.teardown_s
+        out.append(
+            Wave(
+                index=index,
+                cells=tuple(run_order(members)),
+                gpus=sum(gpus_per_cell(c, config) for c in members),
+                typical_s=round(fixed + settings.typical_start_s, 1),
+                worst_s=round(fixed + settings.ready_timeout_s, 1),
+            )
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- tonight's cells
+
+
+def nightly(cell: Cell, every_night: Sequence[CellMatch] | None) -> bool:
+    """Whether a cell runs every night (default: the high-risk cells)."""
+    if every_night is None:
+        return cell.high_risk
+    return any(matches(m, cell) for m in every_night)
+
+
+def control_of(cell: Cell, planned: Sequence[Cell]) -> Cell | None:
+    """The planned aggregated control of a P/D cell: same model, image, backend, KV dtype, runner
+    and the prefill block size (what the parity and paired-accuracy checks prefer)."""
+    if cell.topology == "aggregated":
+        return None
+    return next(
+        (
+            c
+            for c in planned
+            if c.topology == "aggregated"
+            and (c.model, c.image, c.backend, c.kv_cache_dtype, c.runner, c.prefill_block_size)
+            == (cell.model, cell.image, cell.backend, cell.kv_cache_dtype, cell.runner, cell.prefill_block_size)
+        ),
+        None,
+    )
+
+
+def _with_controls(cells: Sequence[Cell], planned: Sequence[Cell], chosen: set[str]) -> list[Cell]:
+    out: list[Cell] = []
+    for cell in cells:
+        control = control_of(cell, planned)
+        for member in (control, cell):
+            if member is not None and member.id not in chosen:
+                chosen.add(member.id)
+                out.append(member)
+    return out
+
+
+def _refusal(what: str, estimate_s: float, model: EstimateModel, deadline_s: int, budget: int) -> ScheduleError:
+    window_s = deadline_s * model.fill_ratio
+    return ScheduleError(
+        f"{what} needs about {estimate_s / 3600:.1f} h, more than {window_s / 3600:.1f} h "
+        f"({model.fill_ratio:.0%} of the {deadline_s} s deadline); change {KEY_BUDGET} (now {budget}), "
+        f"{KEY_NIGHTLY} (fewer cells every night), {KEY_REDUCTION} (pairwise) or {KEY_DEADLINE} "
+        "(the CronJob's activeDeadlineSeconds)"
+    )
+
+
+def select_night(
+    planned: Sequence[Cell],
+    config: CanaryConfig,
+    last_checked: Mapping[str, datetime],
+    model: EstimateModel = DEFAULT_MODEL,
+) -> Schedule:
+    """Tonight's waves: every cell when all fit; else the nightly cells (and their controls) plus
+    the least recently checked others while they fit. Raises ScheduleError when even the nightly
+    cells do not fit the deadline."""
+    settings = config.target.kubernetes
+    budget = settings.gpu_budget
+    if budget is None:
+        raise ScheduleError(f"{KEY_BUDGET} is not set: without it Helm deploys every cell at once (no waves)")
+    deadline = settings.job_deadline_s
+    window = deadline * model.fill_ratio
+    gpus = {c.id: gpus_per_cell(c, config) for c in planned}
+    check_s = checks_by_cell(planned, planned, config, model)
+
+    def schedule(cells: Sequence[Cell]) -> Schedule:
+        chosen = {c.id for c in cells}
+        deferred = tuple(c for c in planned if c.id not in chosen)
+        waves = tuple(pack(cells, config, budget, model, check_s))
+        return Schedule(waves=waves, deferred=deferred, budget=budget, deadline_s=deadline, gpus=gpus, model=model)
+
+    every_night = settings.rotation.every_night
+    first = [c for c in planned if nightly(c, every_night)]
+    everything = schedule(_with_controls(first + [c for c in planned if not nightly(c, every_night)], planned, set()))
+    if everything.typical_s <= window:
+        return everything
+
+    chosen: set[str] = set()
+    tonight = _with_controls(first, planned, chosen)
+    base = schedule(tonight)
+    if base.typical_s > window:
+        what = f"the {len(tonight)} cells that run every night (of {len(planned)} planned)"
+        raise _refusal(what, base.typical_s, model, deadline, budget)
+
+    order = {c.id: index for index, c in enumerate(planned)}
+
+    def staleness(cell: Cell) -> tuple[int, float, int, int]:
+        seen = last_checked.get(cell.id)
+        return (seen is not None, seen.timestamp() if seen else 0.0, not cell.high_risk, order[cell.id])
+
+    current = base
+    for cell in sorted((c for c in planned if c.id not in chosen), key=staleness):
+        if cell.id in chosen:  # came in as the control of an earlier one
+            continue
+        trial_chosen = set(chosen)
+        candidate = tonight + _with_controls([cell], planned, trial_chosen)
+        trial = schedule(candidate)
+        if trial.typical_s > window:
+            break  # strict order: the next night resumes with this cell
+        tonight, chosen, current = candidate, trial_chosen, trial
+    return current

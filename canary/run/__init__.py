@@ -1,0 +1,1 @@
+"""Run: a plan end to end (deploy, check, judge, record, export), locally or in waves on Kubernetes."""

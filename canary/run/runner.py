@@ -1,0 +1,197 @@
+"""Run a plan: deploy each cell on the target, run its checks, judge, write and export results.
+
+plan -> deploy -> check -> judge -> export. Cells run one after another (aggregated controls
+first, so P/D cells can be compared with them). Every deployment is a context manager: whatever
+was started is stopped when the cell ends, also on Ctrl-C or a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from canary import __version__
+from canary.checks.base import CHECK_ORDER, CheckContext, registered, run_before_checks
+from canary.config import CanaryConfig
+from canary.export.history.record import record_run
+from canary.judge.expectations import apply_expectation
+from canary.judge.request_tests import apply_family_control
+from canary.judge.results import CellResult, CheckResult, RunResult, utc_now
+from canary.plan.cell import Cell
+from canary.plan.matrix import Plan
+from canary.targets import create_target
+from canary.targets.base import Deployment, Target
+
+Progress = Callable[[str], None]
+
+
+def default_progress(message: str) -> None:
+    """Print a progress line to stderr with a timestamp."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def new_run_id(config_name: str) -> str:
+    """<UTC time>-<config name>, unique per second (pid added against collisions)."""
+    return f"{utc_now().strftime('%Y%m%dT%H%M%SZ')}-{config_name}-{os.getpid()}"
+
+
+def _error_result(name: str, exc: BaseException) -> CheckResult:
+    return CheckResult(
+        name=name,
+        verdict="error",
+        summary=f"{type(exc).__name__}: {exc}",
+        evidence={"traceback": traceback.format_exc(limit=8)},
+    )
+
+
+def run_checks(ctx: CheckContext, progress: Progress) -> list[CheckResult]:
+    """Run the enabled checks of a started cell in CHECK_ORDER; stop after a startup that left nothing serving.
+
+    A cell that serves but runs another config or KV layout than asked fails the startup check and is
+    still checked: its parity, accuracy and transfer evidence say what the mismatch does to answers."""
+    checks = registered()
+    results: list[CheckResult] = []
+    hooks_ran = False
+    for name in CHECK_ORDER:
+        fn = checks.get(name)
+        settings = getattr(ctx.config.checks, name, None)
+        if fn is None or (settings is not None and not getattr(settings, "enabled", True)):
+            continue
+        if name != "startup" and not hooks_ran:
+            run_before_checks(ctx)  # e.g. NIXL counters before any check sends traffic
+            hooks_ran = True
+        progress(f"  {ctx.cell.id}: {name} ...")
+        started = time.monotonic()
+        try:
+            result = fn(ctx)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # a check crashing is that check's error, not the run's
+            result = _error_result(name, exc)
+        result.duration_s = round(time.monotonic() - started, 3)
+        results.append(result)
+        progress(f"  {ctx.cell.id}: {name} -> {result.verdict} ({result.duration_s:.1f}s) {result.summary}")
+        if name == "startup" and result.verdict != "pass" and result.evidence.get("serving") is not True:
+            break  # nothing to check; a serving cell that runs another config/layout is still checked
+    return results
+
+
+def run_cell(
+    cell: Cell, config: CanaryConfig, target: Target, run_dir: Path, earlier: dict[str, CellResult], progress: Progress
+) -> CellResult:
+    """Deploy one cell, check it, tear it down."""
+    if cell.status != "planned":
+        verdict = "skipped" if cell.status == "skipped" else "unsupported"
+        return CellResult(cell=cell, verdict=verdict, reason=cell.reason or "")
+    cell_dir = run_dir / "cells" / cell.id
+    log_dir = cell_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    started_at, started = utc_now(), time.monotonic()
+    checks: list[CheckResult] = []
+    logs: dict[str, str] = {}
+    try:
+        progress(f"{cell.id}: deploying ({cell.topology}, {cell.backend}, {cell.block_label}, {cell.runner})")
+        with target.deploy(cell, log_dir) as deployment:
+            logs = _log_paths(deployment, run_dir)
+            ctx = CheckContext(cell=cell, deployment=deployment, config=config, cell_dir=cell_dir, earlier=earlier)
+            checks = run_checks(ctx, progress)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # the target failed outside of any check
+        checks.append(_error_result("deploy", exc))
+    verdict, reason = apply_expectation(cell, checks)
+    return CellResult(
+        cell=cell,
+        verdict=verdict,
+        reason=reason,
+        checks=checks,
+        logs=logs,
+        started_at=started_at,
+        duration_s=round(time.monotonic() - started, 3),
+    )
+
+
+def _log_paths(deployment: Deployment, run_dir: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for role, server in deployment.servers.items():
+        if server.log_path is not None:
+            try:
+                out[role] = str(server.log_path.relative_to(run_dir))
+            except ValueError:
+                out[role] = str(server.log_path)
+    return out
+
+
+def new_run(config: CanaryConfig, run_dir: Path, config_path: str) -> RunResult:
+    """An empty result for a run of a config whose directory is run_dir (the run id is its name)."""
+    return RunResult(
+        run_id=run_dir.name,
+        config_name=config.name,
+        config_path=config_path,
+        platform=config.platform,
+        target=config.target.kind,
+        baseline_image=config.baseline,
+        canary_version=__version__,
+    )
+
+
+def run_next_cell(
+    cell: Cell,
+    config: CanaryConfig,
+    target: Target,
+    run_dir: Path,
+    run: RunResult,
+    earlier: dict[str, CellResult],
+    progress: Progress,
+    where: str,
+    record: Callable[[CellResult], None] | None = None,
+) -> CellResult:
+    """Run one cell of a run in order (`run_cell`), add its result to the run and to the results the
+    following cells compare with (earlier), hand it to `record` (kept before anything else can fail),
+    and report its verdict prefixed with where it ran."""
+    result = run_cell(cell, config, target, run_dir, earlier, progress)
+    earlier[cell.id] = result
+    run.cells.append(result)
+    if record is not None:
+        record(result)
+    progress(f"{where}: {cell.id} => {result.verdict.upper()} {result.reason}")
+    return result
+
+
+def execute(
+    config: CanaryConfig,
+    plan: Plan,
+    run_dir: Path,
+    *,
+    config_path: str = "",
+    progress: Progress = default_progress,
+    target: Target | None = None,
+) -> RunResult:
+    """Run every cell of a plan. On Ctrl-C the cells not run are recorded as errors, the run is
+    marked interrupted and returned (whatever was started has been stopped by then)."""
+    target = target or create_target(config)
+    run = new_run(config, run_dir, config_path)
+    started = time.monotonic()
+    earlier: dict[str, CellResult] = {}
+    total = len(plan.cells)
+    try:
+        for index, cell in enumerate(plan.cells, start=1):
+            progress(f"cell {index}/{total}: {cell.id} [{cell.status}]")
+            run_next_cell(cell, config, target, run_dir, run, earlier, progress, f"cell {index}/{total}")
+    except KeyboardInterrupt:
+        for cell in plan.cells[len(run.cells) :]:
+            run.cells.append(CellResult(cell=cell, verdict="error", reason="interrupted (Ctrl-C)"))
+        run.interrupted = True
+    finally:
+        run.finished_at = utc_now()
+        run.duration_s = round(time.monotonic() - started, 3)
+    for cell_id in apply_family_control(run.cells, config.checks.throughput.per_request):
+        result = next(c for c in run.cells if c.cell.id == cell_id)
+        result.verdict, result.reason = apply_expectation(result.cell, result.checks)
+    for line in record_run(run, config.export.history, run_dir.parent):
+        progress(line)
+    return run

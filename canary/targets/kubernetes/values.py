@@ -1,0 +1,160 @@
+"""Turn the planned cells of a matrix config into values of the helm/vllm-pd chart.
+
+`canary render-values CONFIG -o values.yaml` calls `render_values`. The output sets only what the
+matrix decides (the run id, the cells, the router image, and for P/D cells the placement of prefill
+and decode and NIXL's UCX_TLS, from target.kubernetes.nixl); cluster settings (GPUs, node
+selectors, RDMA, the model cache) stay in the chart's values or another `-f` file.
+
+Every image a planned cell runs must be one `make images` builds or upstream publishes
+(canary.images.table.check_image); a patched cell carries its series hash (canary.images.patchseries), the
+label of the image built from the same series. The router runs its own image (router_image).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from canary.config import CanaryConfig
+from canary.errors import CanaryError
+from canary.images.patchseries import SeriesError, read_series, series_hash
+from canary.images.table import ImageError, check_image, find_series, router_ref
+from canary.model.ref import is_builtin
+from canary.paths import REPO_ROOT
+from canary.plan.cell import Cell
+from canary.plan.kube_names import K8S_NAME_MAX, is_dns_label, is_label_value
+
+
+class KubeValuesError(CanaryError):
+    """A matrix that cannot be deployed by the vllm-pd chart."""
+
+    exit_code = 2
+
+
+def resolve_series(path_text: str, base_dir: Path | None = None) -> Path:
+    """A series path from a config: absolute, relative to base_dir, or relative to the repository."""
+    found = find_series(path_text, base_dir)
+    if found is None:
+        where = f"relative to {base_dir or Path.cwd()} or {REPO_ROOT}"
+        raise KubeValuesError(f"patch series {path_text!r} not found ({where})")
+    return found
+
+
+def series_sha256(series_file: Path) -> str:
+    """The series hash (canary.images.patchseries), the label dev.vllm.canary.patch-series-sha256 of its image."""
+    try:
+        return series_hash(read_series(series_file))
+    except SeriesError as exc:
+        raise KubeValuesError(str(exc)) from None
+
+
+def _check_cell(cell: Cell) -> None:
+    if not is_dns_label(cell.k8s_name):
+        raise KubeValuesError(
+            f"cell {cell.id}: k8s_name {cell.k8s_name!r} is not a DNS-1123 label of at most {K8S_NAME_MAX} characters"
+        )
+    if is_builtin(cell.model_source):
+        raise KubeValuesError(
+            f"cell {cell.id}: model source {cell.model_source!r} exists only on the local target; "
+            "give the model a Hugging Face id or a path inside the image for Kubernetes"
+        )
+    for key in {cell.image_for("prefill"), cell.image_for("decode")}:
+        if not is_label_value(key):
+            raise KubeValuesError(f"cell {cell.id}: image key {key!r} cannot be a Kubernetes label value")
+
+
+def _cell_values(config: CanaryConfig, cell: Cell, series_hashes: dict[str, str]) -> dict[str, Any]:
+    model = next((m for m in config.models if m.name == cell.model), None)
+    if model is None:
+        raise KubeValuesError(f"cell {cell.id}: model {cell.model!r} is not in the config")
+    values: dict[str, Any] = {
+        "id": cell.id,
+        "name": cell.k8s_name,
+        "topology": cell.topology,
+        "model": cell.model,
+        "modelSource": cell.model_source,
+        "image": cell.image_ref,
+        "imageKey": cell.image,
+        "attentionBackend": cell.backend,
+        "kvCacheDtype": cell.kv_cache_dtype,
+        "runner": cell.runner,
+        "prefillBlockSize": cell.prefill_block_size,
+        "decodeBlockSize": cell.decode_block_size,
+        "maxModelLen": model.max_model_len,
+        "tensorParallelSize": model.tensor_parallel_size,
+        "gpus": model.tensor_parallel_size,
+    }
+    if cell.topology == "pd-nixl":
+        nixl = config.target.kubernetes.nixl
+        values["nixl"] = {"placement": nixl.placement, "ucxTls": nixl.tls}
+    if model.extra_args:
+        values["extraArgs"] = list(model.extra_args)
+    if cell.risks:
+        values["risks"] = list(cell.risks)
+    if cell.image in series_hashes:
+        values["patchSeriesSha256"] = series_hashes[cell.image]
+    if cell.mixed:  # a rolling upgrade that reached one side first: decode runs its own image/runner
+        values["decodeImage"] = cell.image_ref_for("decode")
+        values["decodeImageKey"] = cell.image_for("decode")
+        values["decodeRunner"] = cell.runner_for("decode")
+        if cell.image_for("decode") in series_hashes:
+            values["decodePatchSeriesSha256"] = series_hashes[cell.image_for("decode")]
+    return values
+
+
+def router_image() -> str:
+    """The image of vllm-router: its own pinned image (docker/vllm-router, canary.images.table.router_ref)."""
+    try:
+        return router_ref()
+    except ImageError as exc:
+        raise KubeValuesError(str(exc)) from None
+
+
+def _check_images(config: CanaryConfig, keys: set[str], config_dir: Path | None) -> None:
+    """Every image the planned cells run is built by `make images` or published upstream."""
+    for key in sorted(keys):
+        spec = config.images[key]
+        try:
+            problem = check_image(spec.ref, spec.patches, config_dir)
+        except ImageError as exc:
+            problem = str(exc)
+        if problem:
+            raise KubeValuesError(f"images.{key}: {problem}")
+
+
+def render_values(
+    config: CanaryConfig, cells: list[Cell], *, run: str | None = None, config_dir: Path | None = None
+) -> dict[str, Any]:
+    """vllm-pd values for the planned cells (cells of any other status are left out).
+
+    `run` (default: the config name) becomes the label canary.vllm.dev/run; `config_dir` is where
+    relative patch-series paths are looked up first (then the repository root).
+    """
+    run_id = run or config.name
+    if not is_label_value(run_id):
+        raise KubeValuesError(f"run id {run_id!r} cannot be a Kubernetes label value (<= 63 chars, [A-Za-z0-9-_.])")
+    planned = [cell for cell in cells if cell.status == "planned"]
+    if not planned:
+        raise KubeValuesError(f"config {config.name}: no planned cells to deploy")
+    seen: dict[str, str] = {}
+    for cell in planned:
+        _check_cell(cell)
+        if cell.k8s_name in seen:
+            raise KubeValuesError(
+                f"cells {seen[cell.k8s_name]} and {cell.id} share the Kubernetes name {cell.k8s_name}"
+            )
+        seen[cell.k8s_name] = cell.id
+    planned_images = {cell.image_for(role) for cell in planned for role in ("prefill", "decode")}
+    series_hashes = {
+        key: series_sha256(resolve_series(spec.patches, config_dir))
+        for key, spec in config.images.items()
+        if spec.patches and key in planned_images
+    }
+    _check_images(config, planned_images, config_dir)
+    values: dict[str, Any] = {
+        "run": run_id,
+        "cells": [_cell_values(config, cell, series_hashes) for cell in planned],
+    }
+    if any(cell.topology == "pd-nixl" for cell in planned):
+        values["router"] = {"image": router_image()}
+    return values

@@ -1,0 +1,201 @@
+"""canary.selftest's derivation of fault runs and its judging (no engines: result objects built by hand)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from canary.config.load import load_config
+from canary.errors import ConfigError
+from canary.judge.results import CellResult, CheckResult, Gate, RunResult
+from canary.paths import CONFIGS_DIR, REPO_ROOT
+from canary.plan.matrix import plan
+from canary.selftest.judge import ProgressClock, judge_clean, judge_fault
+from canary.selftest.model import DEFAULT_CONFIG, FAULTS_FILE, FaultSpec, SelftestResult, fault_config, load_faults
+from canary.selftest.table import render_table
+
+T0 = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
+
+
+def _fault(fault_id: str) -> FaultSpec:
+    return next(f for f in load_faults().faults if f.id == fault_id)
+
+
+def _run(config_name: str, cells: list[CellResult]) -> RunResult:
+    return RunResult(run_id="r", config_name=config_name, platform="cpu", target="local", started_at=T0, cells=cells)
+
+
+def _cell_result(config_path: Path | None, fault_id: str | None, checks: list[CheckResult]) -> CellResult:
+    base = load_config(config_path or DEFAULT_CONFIG)
+    config = fault_config(base, _fault(fault_id)) if fault_id else base
+    cell = plan(config).planned()[-1]
+    verdict = "fail" if any(c.verdict == "fail" for c in checks) else "pass"
+    return CellResult(cell=cell, verdict=verdict, checks=checks, started_at=T0 + dt.timedelta(seconds=5), duration_s=40)
+
+
+def test_catalogue_covers_the_bug_classes() -> None:
+    faults = load_faults().faults
+    assert [f.expect_check for f in faults][:6] == [
+        "startup",
+        "accuracy",
+        "kv_transfer",
+        "throughput",
+        "startup",
+        "startup",
+    ]
+    for fault in faults:
+        assert fault.series_path(FAULTS_FILE).is_file()
+        assert (FAULTS_FILE.parent / fault.id / f"{fault.id}.patch").is_file()
+
+
+def test_fault_config_patches_only_the_faulty_image() -> None:
+    base = load_config(DEFAULT_CONFIG)
+    config = fault_config(base, _fault("02-pd-kv-block-order"))
+    assert list(config.images) == ["fault-02-pd-kv-block-order"]
+    image = config.images["fault-02-pd-kv-block-order"]
+    assert image.patches is not None and Path(image.patches).is_file()
+    assert Path(image.patches) == REPO_ROOT / "tests" / "faults" / "02-pd-kv-block-order" / "series"
+    cells = plan(config).planned()
+    assert [c.topology for c in cells] == ["pd-nixl"]
+    assert config.checks.accuracy.enabled and config.checks.kv_transfer.enabled
+
+
+def test_kernel_split_fault_runs_at_logical_128_over_kernel_32() -> None:
+    """Fault 06 carries its own kernel-split build: the planner must see kernel 32 under 128."""
+    config = fault_config(load_config(DEFAULT_CONFIG), _fault("06-nixl-logical-grain"))
+    (cell,) = plan(config).planned()
+    assert (cell.topology, cell.prefill_block_size, cell.decode_block_size) == ("pd-nixl", 128, 128)
+    assert (cell.kernel_block_prefill, cell.kernel_block_decode) == (32, 32)
+    assert "kernel-split" in cell.risks
+    assert _fault("06-nixl-logical-grain").expect_gate == "layout-nixl-grain"
+
+
+def test_regression_fault_deploys_the_clean_baseline_first() -> None:
+    base = load_config(DEFAULT_CONFIG)
+    config = fault_config(base, _fault("04-slow-decode-step"))
+    assert config.baseline == "baseline" and config.images["baseline"].patches is None
+    cells = plan(config).planned()
+    assert [c.image for c in cells] == ["baseline", "fault-04-slow-decode-step"]
+    assert {c.topology for c in cells} == {"aggregated"}
+    assert config.checks.throughput.enabled
+    assert not (config.checks.accuracy.enabled or config.checks.parity.enabled or config.checks.kv_transfer.enabled)
+
+
+def test_selftest_config_has_one_clean_image() -> None:
+    other = load_config(
+        CONFIGS_DIR / "selftest.yaml", ["images.baseline.patches=tests/faults/01-nixl-registration-layout/series"]
+    )
+    with pytest.raises(ConfigError, match="must not carry patches"):
+        fault_config(other, _fault("01-nixl-registration-layout"))
+
+
+def test_detected_startup_fault_needs_the_right_class() -> None:
+    fault = _fault("01-nixl-registration-layout")
+    image = "fault-01-nixl-registration-layout"
+    right = CheckResult(name="startup", verdict="fail", evidence={"failure_class": "nixl-registration-mismatch"})
+    run = _run("x", [_cell_result(None, fault.id, [right])])
+    clock = ProgressClock(lambda _m: None)
+    clock.lines.append((112.0, f"  {run.cells[0].cell.id}: startup -> fail (30.0s) ..."))
+    detected, fired, errors, detail, when = judge_fault(run, fault, image, 100.0, clock)
+    assert detected and fired == ["startup"] and not errors and when == 12.0
+    assert "nixl-registration-mismatch" in detail
+
+    wrong = CheckResult(name="startup", verdict="fail", evidence={"failure_class": "engine-init-failed"})
+    detected, fired, _, detail, when = judge_fault(
+        _run("x", [_cell_result(None, fault.id, [wrong])]), fault, image, 0.0
+    )
+    assert not detected and fired == ["startup"] and when is None
+    assert "classified engine-init-failed, not nixl-registration-mismatch" in detail
+
+
+def test_error_is_not_detection_and_time_falls_back_to_cell_end() -> None:
+    fault = _fault("02-pd-kv-block-order")
+    image = "fault-02-pd-kv-block-order"
+    crashed = [CheckResult(name="startup", verdict="pass"), CheckResult(name="accuracy", verdict="error")]
+    detected, fired, errors, detail, _ = judge_fault(
+        _run("x", [_cell_result(None, fault.id, crashed)]), fault, image, 0.0
+    )
+    assert not detected and fired == [] and errors == ["accuracy"] and "accuracy did not fail" in detail
+
+    collapsed = [
+        CheckResult(name="startup", verdict="pass"),
+        CheckResult(name="parity", verdict="fail"),
+        CheckResult(name="accuracy", verdict="fail", gates=[Gate(name="wilson-vs-threshold", passed=False)]),
+        CheckResult(name="kv_transfer", verdict="pass"),
+    ]
+    detected, fired, _, _, when = judge_fault(_run("x", [_cell_result(None, fault.id, collapsed)]), fault, image, 0.0)
+    assert detected and fired == ["parity", "accuracy"]
+    assert when == 45.0  # cell started 5 s into the run and took 40 s
+
+
+def test_regression_fault_needs_a_regression_gate() -> None:
+    fault = _fault("04-slow-decode-step")
+    image = "fault-04-slow-decode-step"
+    floor_only = CheckResult(name="throughput", verdict="fail", gates=[Gate(name="min-requests-per-s", passed=False)])
+    detected, _, _, detail, _ = judge_fault(_run("x", [_cell_result(None, fault.id, [floor_only])]), fault, image, 0.0)
+    assert not detected and "no failing gate regression-*" in detail
+    regressed = CheckResult(
+        name="throughput", verdict="fail", gates=[Gate(name="regression-output_tokens_per_s", passed=False)]
+    )
+    detected, _, _, _, _ = judge_fault(_run("x", [_cell_result(None, fault.id, [regressed])]), fault, image, 0.0)
+    assert detected
+
+
+def test_clean_run_alarms() -> None:
+    healthy = _cell_result(None, None, [CheckResult(name="startup", verdict="pass")])
+    assert judge_clean(_run("selftest", [healthy]))[0] == []
+    invalid = healthy.model_copy(update={"verdict": "invalid", "reason": "client was the bottleneck"})
+    alarms, cells = judge_clean(_run("selftest", [healthy, invalid]))
+    assert alarms == [f"{invalid.cell.id}: invalid (client was the bottleneck)"] and cells[invalid.cell.id] == "invalid"
+    never_started = _cell_result(None, None, [CheckResult(name="startup", verdict="skipped")])
+    never_started = never_started.model_copy(update={"verdict": "skipped"})
+    assert judge_clean(_run("selftest", [never_started]))[0] == ["no cell started: the clean run proves nothing"]
+
+
+def test_table_lists_every_run() -> None:
+    from rich.console import Console
+
+    from canary.selftest.model import CleanOutcome, FaultOutcome
+
+    result = SelftestResult(
+        started_at=T0,
+        duration_s=600,
+        ok=False,
+        config="c",
+        clean=[CleanOutcome(index=1, ok=False, alarms=["agg: fail (x)"], cells={}, run_duration_s=80, run_dir="d")],
+        faults=[
+            FaultOutcome(
+                id="03-pd-decode-recompute",
+                title="t",
+                expected_check="kv_transfer",
+                detected=False,
+                fired=[],
+                errors=["parity"],
+                run_duration_s=100,
+                run_dir="d",
+            )
+        ],
+    )
+    table = render_table(result)
+    assert table.row_count == 2
+    console = Console(width=200, record=True)
+    console.print(table)
+    text = console.export_text()
+    assert "FALSE ALARM" in text and "agg: fail (x)" in text and "(errors: parity)" in text and "FAILED" in text
+
+
+def test_unknown_fault_is_a_config_error(tmp_path: Path) -> None:
+    from canary.selftest.run import run_selftest
+
+    with pytest.raises(ConfigError, match="no such fault"):
+        run_selftest(DEFAULT_CONFIG, tmp_path, clean_runs=0, only=["99"])
+
+
+def test_missing_series_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "faults.yaml").write_text(
+        "faults:\n  - {id: 01-x, title: t, expect_check: startup, topologies: [pd-nixl]}\n"
+    )
+    with pytest.raises(ConfigError, match=r"faults\.0\.series"):
+        load_faults(tmp_path / "faults.yaml")

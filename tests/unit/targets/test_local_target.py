@@ -1,0 +1,78 @@
+"""What the local target would start for a cell (describe / --dry-run): flags, env, ports. Starts nothing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from canary.config.load import load_config
+from canary.paths import CONFIGS_DIR
+from canary.plan.matrix import plan
+from canary.targets.local import LocalTarget
+
+
+def _cells(*overrides: str) -> tuple[LocalTarget, dict[str, Any]]:
+    config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["matrix.run_unsupported=true", *overrides])
+    target = LocalTarget(config, cores=2)
+    return target, {cell.id: cell for cell in plan(config).planned()}
+
+
+def _flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_aggregated_cell_flags_and_env() -> None:
+    target, cells = _cells()
+    described = target.describe(cells["agg.cpu_attn.b16.auto.v1.baseline"])
+    (server,) = described["servers"]
+    argv = server["argv"]
+    assert server["role"] == "aggregated"
+    assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert _flag(argv, "--block-size") == "16"
+    assert _flag(argv, "--attention-backend") == "CPU_ATTN"
+    assert _flag(argv, "--kv-cache-dtype") == "auto"
+    assert _flag(argv, "--served-model-name") == "tiny"
+    assert _flag(argv, "--host") == "127.0.0.1"
+    assert "--enforce-eager" in argv
+    assert "--kv-transfer-config" not in argv
+    assert server["env"]["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in server["env"]
+
+
+def test_pd_cell_has_two_nixl_engines_and_a_router() -> None:
+    target, cells = _cells()
+    described = target.describe(cells["pd.cpu_attn.p32-d64.auto.v1.baseline"])
+    prefill, decode, router = described["servers"]
+    assert [s["role"] for s in (prefill, decode, router)] == ["prefill", "decode", "router"]
+    assert _flag(prefill["argv"], "--block-size") == "32"
+    assert _flag(decode["argv"], "--block-size") == "64"
+    for server, core in ((prefill, "0"), (decode, "1")):
+        transfer = json.loads(_flag(server["argv"], "--kv-transfer-config"))
+        assert transfer == {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"}
+        assert server["env"]["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "127.0.0.1"
+        assert server["env"]["VLLM_CPU_OMP_THREADS_BIND"] == core
+    assert prefill["env"]["VLLM_NIXL_SIDE_CHANNEL_PORT"] != decode["env"]["VLLM_NIXL_SIDE_CHANNEL_PORT"]
+    argv = router["argv"]
+    assert argv[0].endswith("vllm-router")
+    assert "--vllm-pd-disaggregation" in argv
+    assert _flag(argv, "--prefill") == f"http://127.0.0.1:{_flag(prefill['argv'], '--port')}"
+    assert _flag(argv, "--decode") == f"http://127.0.0.1:{_flag(decode['argv'], '--port')}"
+    assert _flag(argv, "--policy") == "round_robin"
+    assert "--prometheus-port" in argv
+
+
+def test_unsupported_cell_keeps_its_flags_so_a_fallback_shows() -> None:
+    target, cells = _cells("matrix.attention_backends=[FLASH_ATTN]", "matrix.runners=[v2]", "matrix.include=[]")
+    cell = cells["agg.flash_attn.b32.auto.v2.baseline"]
+    (server,) = target.describe(cell)["servers"]
+    assert _flag(server["argv"], "--attention-backend") == "FLASH_ATTN"
+    assert server["env"]["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+
+
+def test_gpu_platform_uses_cuda_buffers_and_no_cpu_env() -> None:
+    target, cells = _cells(
+        "platform=sm90", "matrix.attention_backends=[FLASHINFER]", "matrix.include=[]", "matrix.expectations=[]"
+    )
+    prefill, decode, _ = target.describe(cells["pd.flashinfer.p128-d128.auto.v1.baseline"])["servers"]
+    assert json.loads(_flag(prefill["argv"], "--kv-transfer-config"))["kv_buffer_device"] == "cuda"
+    assert not any(k.startswith("VLLM_CPU_") for k in decode["env"])
