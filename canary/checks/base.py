@@ -1,8 +1,11 @@
 """The check interface and registry.
 
-A check takes a CheckContext (the cell, its deployment, the config, results of earlier cells of
-this run) and returns a CheckResult. Each check lives in its own module and registers itself
-with `@register("name")`. The runner calls them in CHECK_ORDER.
+A check is one folder, `canary/checks/<name>/`, whose `check.py` registers it with
+`@register(name, order=..., settings=..., metric_keys=...)`: its name, its place in a cell's run,
+its config model (the `checks.<name>` section) and the CheckResult.metrics keys it exports. A check
+takes a CheckContext (the cell, its deployment, the config, results of earlier cells of this run)
+and returns a CheckResult. The runner calls them in check_order(). tests/unit/checks/test_registry.py
+holds each declaration against the config's CheckName and ChecksConfig and the metric schema.
 """
 
 from __future__ import annotations
@@ -10,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, get_args
+from typing import Protocol
 
-from canary.config import CanaryConfig, CheckName
+from pydantic import BaseModel
+
+from canary.config import CanaryConfig
 from canary.judge.results import CellResult, CheckResult
 from canary.plan.cell import Cell
 from canary.targets.base import Deployment
-
-CHECK_ORDER: tuple[str, ...] = get_args(CheckName)  # the order is the Literal's
 
 
 @dataclass
@@ -73,16 +76,34 @@ class Check(Protocol):
 
 
 CheckFn = Callable[[CheckContext], CheckResult]
-_REGISTRY: dict[str, CheckFn] = {}
 BeforeChecksHook = Callable[[CheckContext], None]
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """What registering a check declares."""
+
+    name: str
+    order: int
+    """Place in a cell's run, lowest first (startup is 0: nothing else runs on a cell that did not start)."""
+    settings: type[BaseModel]
+    """Its config model, the `checks.<name>` section of canary.config.ChecksConfig."""
+    metric_keys: tuple[str, ...]
+    """CheckResult.metrics keys it writes that the exporters read (constants of canary.core.metric_keys)."""
+    run: CheckFn
+
+
+_REGISTRY: dict[str, CheckSpec] = {}
 _BEFORE_CHECKS: dict[str, BeforeChecksHook] = {}
 
 
-def register(name: str) -> Callable[[CheckFn], CheckFn]:
-    """Register a check function under a name."""
+def register(
+    name: str, *, order: int, settings: type[BaseModel], metric_keys: tuple[str, ...]
+) -> Callable[[CheckFn], CheckFn]:
+    """Register a check function with its declaration (see CheckSpec)."""
 
     def wrap(fn: CheckFn) -> CheckFn:
-        _REGISTRY[name] = fn
+        _REGISTRY[name] = CheckSpec(name, order, settings, tuple(metric_keys), fn)
         return fn
 
     return wrap
@@ -110,8 +131,18 @@ def run_before_checks(ctx: CheckContext) -> None:
             ctx.scratch[f"{name}.hook_error"] = f"{type(exc).__name__}: {exc}"
 
 
-def registered() -> dict[str, CheckFn]:
-    """All registered checks (importing canary.checks registers the built-in ones)."""
+def specs() -> dict[str, CheckSpec]:
+    """Every registered check's declaration, in check order (importing canary.checks registers them)."""
     import canary.checks  # noqa: F401  (registers)
 
-    return dict(_REGISTRY)
+    return {spec.name: spec for spec in sorted(_REGISTRY.values(), key=lambda spec: spec.order)}
+
+
+def registered() -> dict[str, CheckFn]:
+    """Every registered check's function, in check order."""
+    return {name: spec.run for name, spec in specs().items()}
+
+
+def check_order() -> tuple[str, ...]:
+    """The checks' names in the order the runner calls them."""
+    return tuple(specs())

@@ -13,7 +13,7 @@ Topology = Literal["aggregated", "pd-nixl"]
 Platform = Literal["cpu", "sm80", "sm90", "sm100"]
 ExpectKind = Literal["startup-fail", "check-fail", "pass"]
 CheckName = Literal["startup", "parity", "accuracy", "throughput", "kv_transfer"]
-"""Every check, in the order the runner calls them (canary.checks.base.CHECK_ORDER)."""
+"""Every check, in the order the runner calls them (canary.checks.base.check_order, which is held to it)."""
 PositiveInt = Annotated[int, Field(gt=0)]
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 

@@ -175,11 +175,57 @@ class KubernetesTargetConfig(Strict):
     )
 
 
+PullPolicy = Literal["never", "missing", "always"]
+
+
+class ContainerTargetConfig(Strict):
+    """Run every engine and router of a cell from its image through a Docker-compatible CLI, host network.
+
+    The cell's commands are the local target's (`target.local` settings: host, enforce_eager, env,
+    extra_args, NIXL progress delay, CPU KV space apply here too); what differs is where they run."""
+
+    cli: str | None = Field(
+        None, description="docker, podman, or a path to either (default: podman if on PATH, else docker)."
+    )
+    images: dict[str, str] = Field(
+        default_factory=dict,
+        description="Image key -> image reference to run (a tag or digest, any registry, or a local tag). Default: "
+        "`images.<key>.ref` when it is an image reference; for a key without one (the CPU default's pip-spec "
+        "refs), `engine_image`, with `images.<key>.patches` applied in a derived image built and cached here.",
+    )
+    engine_image: str | None = Field(
+        None,
+        description="The engine image for image keys whose ref is no image reference (default: the CPU engine "
+        "image `make images-cpu` builds, canary.images.table.cpu_engine_ref).",
+    )
+    router_image: str | None = Field(
+        None, description="Image of the P/D router (default: the router image of docker/images.yaml)."
+    )
+    engine_command: list[str] = Field(
+        ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+        min_length=1,
+        description="The engine's command inside its image (replaces the image's entrypoint).",
+    )
+    router_command: list[str] = Field(
+        ["vllm-router"], min_length=1, description="The router's command inside its image."
+    )
+    pull: PullPolicy = Field(
+        "missing", description="Pull an image before the run: never (must exist locally), missing, or always."
+    )
+    run_args: list[str] = Field(
+        default_factory=list, description="Extra arguments of every `run` (e.g. --ipc=host, --shm-size=16g)."
+    )
+    stop_timeout_s: PositiveInt = Field(15, description="Seconds a container gets between SIGTERM and SIGKILL.")
+
+
 class TargetConfig(Strict):
     """Where cells run."""
 
-    kind: Literal["local", "kubernetes", "endpoint"] = Field("local", description="Target kind.")
+    kind: Literal["local", "container", "kubernetes", "endpoint"] = Field("local", description="Target kind.")
     local: LocalTargetConfig = Field(default_factory=LocalTargetConfig, description="Local settings.")
+    container: ContainerTargetConfig = Field(
+        default_factory=ContainerTargetConfig, description="Container settings (kind: container)."
+    )
     endpoint: EndpointTargetConfig | None = Field(None, description="Endpoint settings (kind: endpoint).")
     kubernetes: KubernetesTargetConfig = Field(
         default_factory=KubernetesTargetConfig, description="Kubernetes settings."

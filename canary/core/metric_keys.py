@@ -22,6 +22,10 @@ OUTPUT_TOKENS_PER_S = "output_tokens_per_s"
 GOODPUT_REQUESTS_PER_S = "goodput_requests_per_s"
 
 
+EXPORTED_PERCENTILES: tuple[str, ...] = ("p50", "p90", "p99")
+"""The latency statistics the exporters read (a `percentile` label value and the key's stat)."""
+
+
 def latency_key(kind: str, stat: str) -> str:
     """A latency statistic: `<kind>_<stat>_s`, kind ttft/tpot/itl/e2e, stat mean/p50/p90/p99."""
     return f"{kind}_{stat}_s"

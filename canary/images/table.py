@@ -16,6 +16,7 @@ an error (`check_image`).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import re
 import sys
 from dataclasses import dataclass
@@ -167,6 +168,23 @@ def router_ref(catalog: ImageCatalog | None = None) -> str:
     return f"{catalog.registry}/{ROUTER_REPOSITORY}:{catalog.router.vllm_router}"
 
 
+CPU_ENGINE_REPOSITORY = "localhost/vllm-canary-cpu"
+CPU_ENGINE_INPUTS = ("requirements/engine.txt", "docker/vllm-cpu/Dockerfile")
+"""What the CPU engine image is built from: its tag hashes these files."""
+
+
+def cpu_engine_ref(root: Path = REPO_ROOT) -> str:
+    """The CPU engine image `make images-cpu` builds: localhost/vllm-canary-cpu:<vllm-cpu version>-<inputs hash>."""
+    lock = (root / CPU_ENGINE_INPUTS[0]).read_text(encoding="utf-8")
+    match = re.search(r"^vllm-cpu==(\S+)", lock, re.M)
+    version = match.group(1) if match else "unknown"
+    digest = hashlib.sha256()
+    for name in CPU_ENGINE_INPUTS:
+        path = root / name
+        digest.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"") + b"\0")
+    return f"{CPU_ENGINE_REPOSITORY}:{version}-{digest.hexdigest()[:12]}"
+
+
 def builds(catalog: ImageCatalog | None = None) -> list[Build]:
     """Every patched image `make images` builds, in catalog order."""
     catalog = catalog or load_image_catalog()
@@ -257,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("build-plan", help="ref, base, release, series, series sha256, flashinfer, nixl (TSV)")
     sub.add_parser("patch-check-plan", help="release, sdist sha256, series (TSV), one row per patched image")
     sub.add_parser("router-plan", help="router ref and vllm-router version (TSV)")
+    sub.add_parser("cpu-engine-ref", help="the CPU engine image's tag (docker/vllm-cpu, the engine lock)")
     args = parser.parse_args(argv)
     try:
         return _run(args)
@@ -266,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.action == "cpu-engine-ref":
+        print(cpu_engine_ref())
+        return 0
     catalog = load_image_catalog()
     if args.action == "tags":
         print("\n".join([*(b.ref for b in builds(catalog)), router_ref(catalog)]))

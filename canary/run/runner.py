@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from canary import __version__
-from canary.checks.base import CHECK_ORDER, CheckContext, registered, run_before_checks
+from canary.checks.base import CheckContext, check_order, registered, run_before_checks
 from canary.config import CanaryConfig
 from canary.export.history.record import record_run
 from canary.judge.expectations import apply_expectation
@@ -49,14 +49,14 @@ def _error_result(name: str, exc: BaseException) -> CheckResult:
 
 
 def run_checks(ctx: CheckContext, progress: Progress) -> list[CheckResult]:
-    """Run the enabled checks of a started cell in CHECK_ORDER; stop after a startup that left nothing serving.
+    """Run the enabled checks of a started cell in check_order(); stop after a startup that left nothing serving.
 
     A cell that serves but runs another config or KV layout than asked fails the startup check and is
     still checked: its parity, accuracy and transfer evidence say what the mismatch does to answers."""
     checks = registered()
     results: list[CheckResult] = []
     hooks_ran = False
-    for name in CHECK_ORDER:
+    for name in check_order():
         fn = checks.get(name)
         settings = getattr(ctx.config.checks, name, None)
         if fn is None or (settings is not None and not getattr(settings, "enabled", True)):
@@ -174,6 +174,9 @@ def execute(
     """Run every cell of a plan. On Ctrl-C the cells not run are recorded as errors, the run is
     marked interrupted and returned (whatever was started has been stopped by then)."""
     target = target or create_target(config)
+    preflight = getattr(target, "preflight", None)
+    if callable(preflight):  # before anything starts: a target's missing prerequisite is an error of the run
+        preflight(plan.planned())
     run = new_run(config, run_dir, config_path)
     started = time.monotonic()
     earlier: dict[str, CellResult] = {}

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt
 
-from canary.checks.base import CHECK_ORDER
+from canary.checks.base import check_order
 from canary.config import CanaryConfig, CheckName, ImageSpec, Topology
 from canary.core.yaml_model import FrozenModel, load_yaml_model
 from canary.errors import ConfigError
@@ -146,7 +146,7 @@ def fault_config(base: CanaryConfig, fault: FaultSpec, faults_file: Path = FAULT
         data["matrix"]["decode_block_sizes"] = None
     data["matrix"]["include"] = [c for c in data["matrix"]["include"] if c["topology"] in fault.topologies]
     if fault.checks is not None:
-        for name in CHECK_ORDER:
+        for name in check_order():
             if name != "startup":
                 data["checks"][name]["enabled"] = name in fault.checks
     return CanaryConfig.model_validate(data)

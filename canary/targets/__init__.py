@@ -1,8 +1,14 @@
-"""Targets by `target.kind`: local processes, an existing endpoint, or Kubernetes."""
+"""Targets by `target.kind`, a small registry: local processes, containers, an endpoint, or Kubernetes.
+
+Each kind names the module and class that implements it; the module is imported only when the
+kind is used (the Kubernetes client is heavy). tests/unit/targets/test_registry.py holds the
+registry against the config's `target.kind` literal.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from typing import TYPE_CHECKING, cast
 
 from canary.errors import CanaryError
 
@@ -10,20 +16,19 @@ if TYPE_CHECKING:
     from canary.config import CanaryConfig
     from canary.targets.base import Target
 
+TARGETS: dict[str, str] = {
+    "local": "canary.targets.local:LocalTarget",
+    "container": "canary.targets.container:ContainerTarget",
+    "endpoint": "canary.targets.endpoint:EndpointTarget",
+    "kubernetes": "canary.targets.kubernetes.target:KubernetesTarget",
+}
+"""target.kind -> "module:class"."""
+
 
 def create_target(config: CanaryConfig) -> Target:
     """The target named by config.target.kind."""
     kind = config.target.kind
-    if kind == "local":
-        from canary.targets.local import LocalTarget
-
-        return LocalTarget(config)
-    if kind == "endpoint":
-        from canary.targets.endpoint import EndpointTarget
-
-        return EndpointTarget(config)
-    if kind == "kubernetes":
-        from canary.targets.kubernetes.target import KubernetesTarget
-
-        return KubernetesTarget(config)  # type: ignore[no-any-return,unused-ignore]
-    raise CanaryError(f"unknown target kind {kind!r}")
+    if kind not in TARGETS:
+        raise CanaryError(f"unknown target kind {kind!r}; known: {', '.join(TARGETS)}")
+    module, _, name = TARGETS[kind].partition(":")
+    return cast("Target", getattr(importlib.import_module(module), name)(config))

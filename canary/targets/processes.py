@@ -159,6 +159,8 @@ def descendants(pid: int) -> set[int]:
 # --------------------------------------------------------------------------- registry and signals
 
 _LIVE: dict[int, ManagedProcess] = {}
+_CLEANUPS: list[Callable[[], None]] = []
+"""What else stop_all() undoes (e.g. containers, which live outside our process groups)."""
 _LOCK = threading.RLock()  # re-entrant: a signal handler may run while the main thread holds it
 _HANDLERS_INSTALLED = False
 
@@ -169,9 +171,31 @@ def live_processes() -> list[ManagedProcess]:
         return list(_LIVE.values())
 
 
+def add_cleanup(hook: Callable[[], None]) -> None:
+    """Have stop_all() (SIGTERM, SIGHUP, atexit) call `hook` before it stops the processes; installs
+    the handlers as start() does."""
+    _install_handlers()
+    with _LOCK:
+        _CLEANUPS.append(hook)
+
+
+def remove_cleanup(hook: Callable[[], None]) -> None:
+    """Undo add_cleanup (a hook that is not registered is ignored)."""
+    with _LOCK:
+        if hook in _CLEANUPS:
+            _CLEANUPS.remove(hook)
+
+
 def stop_all() -> None:
-    """Stop every registered process group (atexit and signal handlers call this)."""
-    stop(live_processes())
+    """Run every cleanup hook, then stop every registered process group (atexit and signal handlers call this)."""
+    with _LOCK:
+        hooks = list(_CLEANUPS)
+    try:
+        for hook in hooks:
+            with contextlib.suppress(Exception):  # one failing hook must not keep the processes running
+                hook()
+    finally:
+        stop(live_processes())
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:

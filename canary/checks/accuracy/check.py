@@ -255,7 +255,19 @@ def build_result(
 # --------------------------------------------------------------------------- the check
 
 
-@register("accuracy")
+@register(
+    "accuracy",
+    order=2,
+    settings=AccuracyCheckConfig,
+    metric_keys=(
+        keys.ACCURACY,
+        keys.ACCURACY_WILSON_LOW,
+        keys.ACCURACY_WILSON_HIGH,
+        keys.ACCURACY_THRESHOLD,
+        keys.QUESTIONS,
+        keys.MCNEMAR_P_VALUE,
+    ),
+)
 def accuracy_check(ctx: CheckContext) -> CheckResult:
     """GSM8K on the cell's endpoint (the router for P/D), gated and paired with the control."""
     settings = ctx.config.checks.accuracy

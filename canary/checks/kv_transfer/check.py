@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 
 from canary.checks.base import CheckContext, before_checks, register
 from canary.checks.startup.layout import judge_transfers
+from canary.config import KvTransferCheckConfig
 from canary.core import metric_keys as keys
 from canary.core import promtext
 from canary.errors import CanaryError
@@ -156,7 +157,12 @@ def transfer_metrics(delta: KvCounters, probes_ok: float) -> dict[str, float]:
     }
 
 
-@register("kv_transfer")
+@register(
+    "kv_transfer",
+    order=4,
+    settings=KvTransferCheckConfig,
+    metric_keys=(keys.NIXL_BYTES_TRANSFERRED, keys.NIXL_FAILED_TRANSFERS, keys.DECODE_RECOMPUTED_TOKEN_SHARE),
+)
 def kv_transfer_check(ctx: CheckContext) -> CheckResult:
     """Prove KV moved from prefill to decode during the checks (P/D cells)."""
     if ctx.cell.topology != "pd-nixl":

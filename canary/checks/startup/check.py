@@ -38,6 +38,7 @@ from typing import Any
 from canary.checks.base import CheckContext, register
 from canary.checks.startup import phases as startup_phases
 from canary.checks.startup.layout import judge_layouts
+from canary.config import StartupCheckConfig
 from canary.core import metric_keys as keys
 from canary.core.promtext import Sample, first, scrape
 from canary.errors import CanaryError
@@ -319,7 +320,12 @@ def _failed(ctx: CheckContext) -> CheckResult:
     )
 
 
-@register("startup")
+@register(
+    "startup",
+    order=0,
+    settings=StartupCheckConfig,
+    metric_keys=(keys.READY_S_TOTAL,),
+)
 def startup_check(ctx: CheckContext) -> CheckResult:
     """Time to ready, classification of a failed start, live-config verification."""
     deployment = ctx.deployment

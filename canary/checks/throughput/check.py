@@ -33,7 +33,7 @@ from canary.checks.throughput import hostload
 from canary.config import ThroughputCheckConfig
 from canary.core import metric_keys as keys
 from canary.judge.request_tests import per_request_gates, raw_runs
-from canary.judge.results import CAUSE_KEY, CheckResult, Gate
+from canary.judge.results import CAUSE_KEY, LATENCIES, CheckResult, Gate
 from canary.load.launch import LoadError, LoadResult, run_load, token_pool, words_per_token
 from canary.load.stats import Sample, Slo, higher_is_better, median_metrics, relative_change, window_values
 from canary.load.workload import WorkloadSpec
@@ -41,6 +41,15 @@ from canary.targets.base import Deployment
 
 # Metrics that are counts per run: summed over repeats rather than taken as a median.
 _COUNTS = ("requests_total", "requests_succeeded", "requests_failed", "requests_not_sent", "requests_cut_by_deadline")
+
+
+EXPORTED_KEYS: tuple[str, ...] = (
+    keys.REQUESTS_PER_S,
+    keys.OUTPUT_TOKENS_PER_S,
+    keys.GOODPUT_REQUESTS_PER_S,
+    *(keys.latency_key(kind, pct) for kind in LATENCIES for pct in keys.EXPORTED_PERCENTILES),
+)
+"""The numbers of this check the exporters read."""
 
 
 def build_spec(cfg: ThroughputCheckConfig, deployment: Deployment, repeat: int = 0) -> WorkloadSpec:
@@ -206,7 +215,12 @@ def _prompt_source(ctx: CheckContext) -> tuple[list[int] | None, float, dict[str
     return pool, ratio, {"token_pool_from": where, "token_pool_size": len(pool or []), "words_per_token": ratio}
 
 
-@register("throughput")
+@register(
+    "throughput",
+    order=3,
+    settings=ThroughputCheckConfig,
+    metric_keys=EXPORTED_KEYS,
+)
 def throughput_check(ctx: CheckContext) -> CheckResult:
     """Measure (the load `repeats` times, medians judged); measure again while the result is invalid,
     up to `max_attempts` measurements with back-off. Every attempt is recorded in evidence.attempts."""

@@ -100,7 +100,7 @@ INCONCLUSIVE_VERDICT_REGEX = verdicts.regex(verdicts.INCONCLUSIVE_VERDICTS)
 
 # Latency percentiles: label value -> CheckResult.metrics key infix. The label is not called
 # `quantile`: Prometheus reserves that for summaries (promtool check metrics).
-PERCENTILES: tuple[str, ...] = ("p50", "p90", "p99")
+PERCENTILES: tuple[str, ...] = k.EXPORTED_PERCENTILES
 
 _FAILURE_CLASS = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 

@@ -1,0 +1,218 @@
+"""A Docker-compatible container CLI (docker or podman) as the container target drives it.
+
+Every call has a deadline and a clear error. The CLI runs with an explicit environment: a minimal
+PATH and HOME, the variables that point a CLI at its engine or storage (DOCKER_HOST, CONTAINERS_CONF,
+...) passed through from the caller, and for podman without a containers.conf of the caller's the
+repository's daemonless settings (docker/podman/: runc, cgroupfs, host network, vfs storage), which
+are what runs on a machine without a Docker engine. Containers the canary starts carry labels
+(MANAGED_LABEL, OWNER_LABEL) so that leftovers of a killed controller can be found and removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from canary.errors import CanaryError
+from canary.paths import REPO_ROOT
+from canary.targets.engine_env import SYSTEM_PATH
+
+MANAGED_LABEL = "dev.vllm-canary.managed"
+OWNER_LABEL = "dev.vllm-canary.owner"
+"""`<hostname>:<pid>` of the controller that started the container."""
+CELL_LABEL = "dev.vllm-canary.cell"
+ROLE_LABEL = "dev.vllm-canary.role"
+SOURCE_HASH_LABEL = "dev.vllm-canary.source-hash"
+"""On images the canary derives itself: the hash of what went into the build (cache key)."""
+
+PASSTHROUGH_ENV = (
+    "DOCKER_HOST",
+    "DOCKER_CONFIG",
+    "DOCKER_CONTEXT",
+    "CONTAINER_HOST",
+    "CONTAINERS_CONF",
+    "CONTAINERS_STORAGE_CONF",
+    "CONTAINERS_REGISTRIES_CONF",
+    "REGISTRY_AUTH_FILE",
+    "XDG_RUNTIME_DIR",
+)
+"""What the CLI itself needs from the caller's environment (never handed to a container)."""
+PODMAN_CONF_DIR = REPO_ROOT / "docker" / "podman"
+DEFAULT_PODMAN_CONF = {
+    "CONTAINERS_CONF": PODMAN_CONF_DIR / "containers.conf",
+    "CONTAINERS_STORAGE_CONF": PODMAN_CONF_DIR / "storage.conf",
+}
+QUERY_TIMEOUT_S = 60.0
+PULL_TIMEOUT_S = 1800.0
+BUILD_TIMEOUT_S = 1800.0
+
+
+class ContainerError(CanaryError):
+    """A container prerequisite is missing or broken (CLI, image, build): found before anything starts. Exits 2."""
+
+    exit_code = 2
+
+
+def owner_id(pid: int | None = None) -> str:
+    """This controller's owner label value."""
+    return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
+
+
+@dataclass(frozen=True)
+class ContainerCli:
+    """One Docker-compatible CLI: its flavour, its program and the environment it runs with."""
+
+    flavour: str
+    """docker or podman."""
+    program: str
+    env: Mapping[str, str]
+
+    def argv(self, *args: str) -> list[str]:
+        """A command line of this CLI."""
+        return [self.program, *args]
+
+    def call(self, *args: str, timeout_s: float = QUERY_TIMEOUT_S, what: str = "") -> subprocess.CompletedProcess[str]:
+        """Run one CLI command to completion; an unreachable engine or a timeout is a ContainerError."""
+        try:
+            return subprocess.run(
+                self.argv(*args),
+                env=dict(self.env),
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            raise ContainerError(f"{self.program} {what or args[0]}: no answer within {timeout_s:.0f} s") from None
+        except OSError as exc:
+            raise ContainerError(f"cannot run {self.program}: {exc.strerror or exc}") from None
+
+    def check(self, *args: str, timeout_s: float = QUERY_TIMEOUT_S, what: str = "") -> str:
+        """Run a command that must succeed; its stdout."""
+        done = self.call(*args, timeout_s=timeout_s, what=what)
+        if done.returncode != 0:
+            detail = (done.stderr or done.stdout).strip().splitlines()
+            raise ContainerError(
+                f"{self.program} {what or ' '.join(args[:2])} failed (exit {done.returncode}): "
+                f"{detail[-1] if detail else 'no output'}"
+            )
+        return done.stdout
+
+    # ------------------------------------------------------------------ images
+
+    def image_inspect(self, ref: str) -> dict[str, Any] | None:
+        """The image's inspect record, None when it is not in local storage."""
+        done = self.call("image", "inspect", ref, what=f"image inspect {ref}")
+        if done.returncode != 0:
+            return None
+        try:
+            records = json.loads(done.stdout)
+        except ValueError:
+            return None
+        return records[0] if isinstance(records, list) and records and isinstance(records[0], dict) else None
+
+    def pull(self, ref: str) -> None:
+        """Pull an image (a ContainerError naming it on failure)."""
+        self.check("pull", ref, timeout_s=PULL_TIMEOUT_S, what=f"pull {ref}")
+
+    def build(
+        self,
+        context: Path,
+        containerfile: Path,
+        tag: str,
+        *,
+        build_args: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        log_path: Path | None = None,
+    ) -> None:
+        """Build an image (podman: daemonless, chroot isolation, host network for RUN steps)."""
+        args = ["build", "-f", str(containerfile), "-t", tag]
+        if self.flavour == "podman":
+            args += ["--isolation", "chroot", "--network", "host"]
+        for key, value in (build_args or {}).items():
+            args += ["--build-arg", f"{key}={value}"]
+        for key, value in (labels or {}).items():
+            args += ["--label", f"{key}={value}"]
+        done = self.call(*args, str(context), timeout_s=BUILD_TIMEOUT_S, what=f"build {tag}")
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_path.write_text(done.stdout + done.stderr, encoding="utf-8")
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+            where = f" (log: {log_path})" if log_path is not None else ""
+            raise ContainerError(f"building {tag} failed{where}: " + " | ".join(tail))
+
+    # ------------------------------------------------------------------ containers
+
+    def labelled(self, label: str) -> list[dict[str, str]]:
+        """Containers (running or not) carrying a label `key` or `key=value`: name and labels."""
+        done = self.call("ps", "-a", "--filter", f"label={label}", "--format", "{{json .}}", what="ps")
+        if done.returncode != 0:
+            return []
+        found: list[dict[str, str]] = []
+        for line in done.stdout.splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                names = record.get("Names")
+                name = names[0] if isinstance(names, list) and names else str(names or record.get("Name", ""))
+                labels = record.get("Labels")
+                if isinstance(labels, str):  # docker: "k=v,k2=v2"
+                    labels = dict(item.partition("=")[::2] for item in labels.split(",") if item)
+                found.append({"name": name, **{f"label:{k}": str(v) for k, v in (labels or {}).items()}})
+        return found
+
+    def remove(self, names: Sequence[str], *, stop_timeout_s: float) -> None:
+        """Stop (SIGTERM, then SIGKILL after stop_timeout_s) and remove containers; missing ones are fine."""
+        if not names:
+            return
+        self.call("stop", "-t", str(int(stop_timeout_s)), *names, timeout_s=stop_timeout_s + QUERY_TIMEOUT_S)
+        self.call("rm", "-f", *names, timeout_s=QUERY_TIMEOUT_S)
+
+    def main_pid(self, name: str) -> int | None:
+        """The host pid of a running container's first process (its session leader), None if not running."""
+        done = self.call("inspect", "--format", "{{.State.Pid}}", name, what=f"inspect {name}")
+        try:
+            pid = int(done.stdout.strip())
+        except ValueError:
+            return None
+        return pid if done.returncode == 0 and pid > 0 else None
+
+
+def cli_env(flavour: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The CLI's own environment (see the module doc)."""
+    environ = os.environ if environ is None else environ
+    env = {"PATH": SYSTEM_PATH + ":/usr/sbin:/sbin", "HOME": environ.get("HOME", "/root"), "LANG": "C.UTF-8"}
+    env.update({key: environ[key] for key in PASSTHROUGH_ENV if key in environ})
+    if flavour == "podman":
+        for key, path in DEFAULT_PODMAN_CONF.items():
+            if key not in env and path.is_file():
+                env[key] = str(path)
+    return env
+
+
+def find_cli(configured: str | None, environ: Mapping[str, str] | None = None) -> ContainerCli:
+    """The CLI to use: the configured one (name or path), else podman, else docker on PATH."""
+    candidates = [configured] if configured else ["podman", "docker"]
+    for candidate in candidates:
+        program = shutil.which(candidate) if "/" not in candidate else candidate
+        if program and os.access(program, os.X_OK):
+            name = Path(program).name
+            flavour = "docker" if "docker" in name else "podman"
+            return ContainerCli(flavour, program, cli_env(flavour, environ))
+    if configured:
+        raise ContainerError(f"target.container.cli: {configured!r} not found or not executable")
+    raise ContainerError(
+        "target.kind container needs docker or podman: neither is on PATH "
+        "(this machine: `make container-tools` installs podman; or set target.container.cli)"
+    )

