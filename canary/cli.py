@@ -29,11 +29,12 @@ from rich.console import Console
 from rich.table import Table
 
 from canary.config import CanaryConfig
-from canary.config.load import load_config
-from canary.errors import CanaryError, UsageError
+from canary.config.load import blame_overrides, load_config
+from canary.errors import CanaryError, ConfigError, UsageError
 from canary.export.history import cli as history_cli
 from canary.judge.results import RunResult
 from canary.plan.matrix import Plan, plan
+from canary.plan.validate import validate_plan
 from canary.plan.waves import Schedule, select_night
 from canary.vllm_source import catalog_check
 
@@ -105,11 +106,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_plan(args: argparse.Namespace) -> tuple[CanaryConfig, Plan]:
-    """Load the config with overrides and plan it, honouring --pairwise and --only."""
+    """Load the config with overrides, check its full matrix (canary.plan.validate) and plan it,
+    honouring --pairwise and --only."""
     overrides = list(args.overrides)
     if args.pairwise:
         overrides.append("matrix.reduction=pairwise")
     config = load_config(args.config, overrides)
+    try:
+        validate_plan(config, str(args.config))
+    except ConfigError as exc:
+        raise blame_overrides(exc, list(args.overrides)) from None
     the_plan = plan(config)
     if args.only:
         kept = tuple(c for c in the_plan.cells if any(c.id.startswith(p) for p in args.only))
