@@ -266,6 +266,7 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
     """canary run."""
     from canary.run.orchestrate import dry_run, run_and_report
+    from canary.run.preflight import RESULTS_DIR_FLAG, RESULTS_DIR_KEY
 
     config, the_plan = load_plan(args)
     if args.results_dir:
@@ -273,7 +274,11 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if args.dry_run:
         print(dry_run(config, the_plan))
         return EXIT_OK
-    run = run_and_report(config, the_plan, config_path=str(args.config), console=console)
+    results_from = RESULTS_DIR_FLAG if args.results_dir else RESULTS_DIR_KEY
+    try:
+        run = run_and_report(config, the_plan, config_path=str(args.config), console=console, results_from=results_from)
+    except ConfigError as exc:  # export.results_dir: maybe a --set
+        raise blame_overrides(exc, list(args.overrides)) from None
     return exit_code(run)
 
 
