@@ -29,11 +29,12 @@ from rich.console import Console
 from rich.table import Table
 
 from canary.config import CanaryConfig
-from canary.config.load import load_config
-from canary.errors import CanaryError, UsageError
+from canary.config.load import blame_overrides, load_config
+from canary.errors import CanaryError, ConfigError, UsageError
 from canary.export.history import cli as history_cli
 from canary.judge.results import RunResult
 from canary.plan.matrix import Plan, plan
+from canary.plan.validate import validate_plan
 from canary.plan.waves import Schedule, select_night
 from canary.vllm_source import catalog_check
 
@@ -105,11 +106,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_plan(args: argparse.Namespace) -> tuple[CanaryConfig, Plan]:
-    """Load the config with overrides and plan it, honouring --pairwise and --only."""
+    """Load the config with overrides, check its full matrix (canary.plan.validate) and plan it,
+    honouring --pairwise and --only."""
     overrides = list(args.overrides)
     if args.pairwise:
         overrides.append("matrix.reduction=pairwise")
     config = load_config(args.config, overrides)
+    try:
+        validate_plan(config, str(args.config))
+    except ConfigError as exc:
+        raise blame_overrides(exc, list(args.overrides)) from None
     the_plan = plan(config)
     if args.only:
         kept = tuple(c for c in the_plan.cells if any(c.id.startswith(p) for p in args.only))
@@ -260,6 +266,7 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
     """canary run."""
     from canary.run.orchestrate import dry_run, run_and_report
+    from canary.run.preflight import RESULTS_DIR_FLAG, RESULTS_DIR_KEY
 
     config, the_plan = load_plan(args)
     if args.results_dir:
@@ -267,7 +274,11 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if args.dry_run:
         print(dry_run(config, the_plan))
         return EXIT_OK
-    run = run_and_report(config, the_plan, config_path=str(args.config), console=console)
+    results_from = RESULTS_DIR_FLAG if args.results_dir else RESULTS_DIR_KEY
+    try:
+        run = run_and_report(config, the_plan, config_path=str(args.config), console=console, results_from=results_from)
+    except ConfigError as exc:  # export.results_dir: maybe a --set
+        raise blame_overrides(exc, list(args.overrides)) from None
     return exit_code(run)
 
 

@@ -48,7 +48,8 @@ class DatasetConfig(Strict):
     path: str | None = Field(
         None,
         description="source local: a directory with train.jsonl and test.jsonl, or a mirror of the hub "
-        "repository (main/train-*.parquet, main/test-*.parquet). Takes precedence over train_path/test_path.",
+        "repository (main/train-*.parquet, main/test-*.parquet). Takes precedence over train_path/test_path. "
+        "Set with another source: a config error (it would be ignored).",
     )
     train_path: str | None = Field(None, description="Few-shot source jsonl (source: local).")
     test_path: str | None = Field(None, description="Evaluation jsonl (source: local).")

@@ -1,5 +1,8 @@
 """Load a canary config: read the YAML, apply `--set` overrides, validate the model, then check the
-names it uses (backends, KV cache dtypes, the platform) against the capability catalog.
+names it uses (backends, KV cache dtypes, the platform) against the capability catalog, and what
+it points at: builtin model names, image patch series, request lengths against every model.
+
+An error about a key a `--set` override wrote says so (`blame_overrides`): the file is not at fault.
 
 canary.config defines the model and canary.config.catalog the catalog; this loader is the one place that
 brings the two together, so neither imports the other.
@@ -15,9 +18,13 @@ from pydantic import ValidationError
 
 from canary.config import CanaryConfig
 from canary.config.catalog import Catalog, load_catalog
+from canary.config.lengths import check_lengths
 from canary.config.root import RefError
 from canary.core.yaml_model import read_yaml, validation_error
 from canary.errors import ConfigError
+from canary.images.patchseries import SeriesError, read_series
+from canary.images.table import find_series
+from canary.model.ref import is_builtin, unknown_builtin
 
 UNKNOWN_CONFIG_KEY_HINT = "check the spelling; see the config reference in README.md"
 
@@ -78,6 +85,8 @@ def validate_config(data: Any, source: str) -> CanaryConfig:
             raise ConfigError(source, ctx_error.key_path, str(ctx_error)) from None
         raise validation_error(source, exc, UNKNOWN_CONFIG_KEY_HINT) from None
     validate_against_catalog(config, load_catalog(), source)
+    validate_references(config, source)
+    check_lengths(config, source)
     return config
 
 
@@ -90,7 +99,49 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> CanaryC
         if not isinstance(data, dict):
             raise ConfigError(source, "", "expected a mapping at the top level")
         apply_override(data, parts, value)
-    return validate_config(data, source)
+    try:
+        return validate_config(data, source)
+    except ConfigError as exc:
+        raise blame_overrides(exc, overrides or []) from None
+
+
+def blame_overrides(error: ConfigError, overrides: list[str]) -> ConfigError:
+    """The error with the `--set` overrides that wrote its key (or a key inside or above it) named."""
+    where = error.key_path.split(".") if error.key_path else []
+    blamed = []
+    for text in overrides:
+        parts = text.split("=", 1)[0].strip().split(".")
+        if where and (parts[: len(where)] == where or where[: len(parts)] == parts):
+            blamed.append(text)
+    if not blamed:
+        return error
+    named = ", ".join(f"--set {text}" for text in blamed)
+    first, *rest = error.message.split("\n", 1)
+    return ConfigError(error.source, error.key_path, "\n".join([f"{first} (set by {named})", *rest]))
+
+
+def validate_references(config: CanaryConfig, source: str) -> None:
+    """What the config points at must be there: a builtin model this project builds, a patch series file."""
+    for index, model in enumerate(config.models):
+        if is_builtin(model.source):
+            why = unknown_builtin(model.source)
+            if why is not None:
+                raise ConfigError(source, f"models.{index}.source", why)
+    for key, image in config.images.items():
+        if image.patches is None:
+            continue
+        series = find_series(image.patches)
+        if series is None:
+            raise ConfigError(
+                source,
+                f"images.{key}.patches",
+                f"patch series {image.patches!r} not found (relative paths are read from the working directory "
+                "or the repository root)",
+            )
+        try:
+            read_series(series)
+        except SeriesError as exc:
+            raise ConfigError(source, f"images.{key}.patches", str(exc)) from None
 
 
 def validate_against_catalog(config: CanaryConfig, catalog: Catalog, source: str) -> None:

@@ -57,7 +57,7 @@ class ExtraCell(Strict):
 
     backend: str = Field(description="Attention backend name.")
     prefill_block_size: PositiveInt = Field(description="Prefill block size.")
-    decode_block_size: PositiveInt = Field(description="Decode block size.")
+    decode_block_size: PositiveInt = Field(description="Decode block size (topology aggregated: equal to prefill's).")
     kv_cache_dtype: str = Field("auto", description="KV cache dtype.")
     runner: Runner = Field("v1", description="Model runner.")
     topology: Topology = Field("pd-nixl", description="Topology.")

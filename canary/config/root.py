@@ -46,6 +46,26 @@ class CanaryConfig(Strict):
                 raise RefError(f"matrix.include.{index}.decode_image", f"unknown image {extra.decode_image!r}")
             if extra.model is not None and extra.model not in model_names:
                 raise RefError(f"matrix.include.{index}.model", f"unknown model {extra.model!r}")
+            if extra.topology == "aggregated" and extra.decode_block_size != extra.prefill_block_size:
+                raise RefError(
+                    f"matrix.include.{index}.decode_block_size",
+                    f"an aggregated cell runs one block size, but decode_block_size {extra.decode_block_size} != "
+                    f"prefill_block_size {extra.prefill_block_size}: make them equal, or use topology: pd-nixl",
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _dataset_fits_its_source(self) -> CanaryConfig:
+        dataset, where = self.checks.accuracy.dataset, "checks.accuracy.dataset"
+        for key in ("path", "train_path", "test_path"):
+            if getattr(dataset, key) is not None and dataset.source != "local":
+                raise RefError(
+                    f"{where}.{key}",
+                    f"{key} is read only with source: local, but source is {dataset.source} (it would be "
+                    f"ignored): set {where}.source: local, or drop {key}",
+                )
+        if dataset.source == "local" and dataset.path is None and None in (dataset.train_path, dataset.test_path):
+            raise RefError(f"{where}.path", "source local needs path (a directory) or both train_path and test_path")
         return self
 
     @model_validator(mode="after")

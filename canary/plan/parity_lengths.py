@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from canary.config import CanaryConfig
+from canary.config.lengths import PARITY_MIN_PROMPT, parity_prompt_limit
 from canary.plan.cell import Cell
 from canary.plan.matrix import plan
 
@@ -40,7 +41,7 @@ def cell_prompt_lengths(config: CanaryConfig, cell: Cell, every: Sequence[int]) 
 
 def max_prompt_length(config: CanaryConfig) -> int:
     """The longest prompt every model of the config takes with max_tokens and one re-scored token."""
-    return min(m.max_model_len for m in config.models) - config.checks.parity.max_tokens - 1
+    return parity_prompt_limit(config)
 
 
 def prompt_lengths(config: CanaryConfig, sizes: Sequence[int] | None = None) -> list[int]:
@@ -52,4 +53,4 @@ def prompt_lengths(config: CanaryConfig, sizes: Sequence[int] | None = None) -> 
         for block in block_sizes(config) if sizes is None else sizes:
             lengths |= {block // 2, block - 1, block, block + 1, 2 * block, 2 * block + 1, 4 * block + 1}
         lengths.add(limit)
-    return sorted(n for n in lengths if 2 <= n <= limit)
+    return sorted(n for n in lengths if PARITY_MIN_PROMPT <= n <= limit)

@@ -13,6 +13,7 @@ from canary.export.report import point_latest, write_all
 from canary.export.report.trends import Trends, load_trends
 from canary.judge.results import RunResult
 from canary.plan.matrix import Plan
+from canary.run.preflight import RESULTS_DIR_KEY, check_results_dir
 from canary.run.runner import execute, new_run_id
 from canary.run.wave_run import execute_waves
 from canary.targets import create_target
@@ -41,11 +42,21 @@ def write_results(
     return written
 
 
-def run_and_report(config: CanaryConfig, the_plan: Plan, *, config_path: str, console: Console) -> RunResult:
-    """Run the plan and write/export every result; the run dir is removed if nothing was written."""
+def run_and_report(
+    config: CanaryConfig,
+    the_plan: Plan,
+    *,
+    config_path: str,
+    console: Console,
+    results_from: str = RESULTS_DIR_KEY,
+) -> RunResult:
+    """Check that the results directory takes a run directory (canary.run.preflight), run the plan and
+    write/export every result; the run dir is removed if nothing was written. results_from: where
+    export.results_dir came from (the config key or the --results-dir flag)."""
     from canary.export.prometheus.publish import export_run
     from canary.export.report.terminal import outcome_line, render_grid
 
+    check_results_dir(config, config_path=config_path, results_from=results_from)
     results_root = Path(config.export.results_dir)
     results_root.mkdir(parents=True, exist_ok=True)
     run_dir = results_root / new_run_id(config.name)

@@ -174,9 +174,9 @@ def execute(
     """Run every cell of a plan. On Ctrl-C the cells not run are recorded as errors, the run is
     marked interrupted and returned (whatever was started has been stopped by then)."""
     target = target or create_target(config)
-    preflight = getattr(target, "preflight", None)
-    if callable(preflight):  # before anything starts: a target's missing prerequisite is an error of the run
-        preflight(plan.planned())
+    check = getattr(target, "check_before_run", None)
+    if check is not None:  # what the target needs of this machine, before its first deploy
+        check(plan.planned())
     run = new_run(config, run_dir, config_path)
     started = time.monotonic()
     earlier: dict[str, CellResult] = {}

@@ -11,6 +11,7 @@ from pydantic import Field, PositiveInt
 
 from canary.checks.base import check_order
 from canary.config import CanaryConfig, CheckName, ImageSpec, Topology
+from canary.config.load import validate_config
 from canary.core.yaml_model import FrozenModel, load_yaml_model
 from canary.errors import ConfigError
 from canary.paths import CONFIGS_DIR, REPO_ROOT
@@ -149,4 +150,4 @@ def fault_config(base: CanaryConfig, fault: FaultSpec, faults_file: Path = FAULT
         for name in check_order():
             if name != "startup":
                 data["checks"][name]["enabled"] = name in fault.checks
-    return CanaryConfig.model_validate(data)
+    return validate_config(data, f"{faults_file} ({fault.id})")

@@ -12,6 +12,7 @@ from canary.config.load import load_config
 from canary.errors import ConfigError
 from canary.judge.results import RunResult, utc_now
 from canary.plan.matrix import plan
+from canary.plan.validate import validate_plan
 from canary.selftest.judge import ProgressClock, judge_clean, judge_fault
 from canary.selftest.model import (
     DEFAULT_CLEAN_RUNS,
@@ -57,7 +58,10 @@ def run_selftest(
     if only is not None and not faults:
         known = ", ".join(f.id for f in catalog.faults)
         raise ConfigError("--fault", ",".join(only), f"no such fault; known: {known}")
+    validate_plan(base, str(config_path))
     configs = {f.id: fault_config(base, f, faults_file) for f in faults}  # config errors before any engine
+    for fault in faults:
+        validate_plan(configs[fault.id], f"{faults_file} ({fault.id})")
     started_at, started = utc_now(), time.monotonic()
     clean: list[CleanOutcome] = []
     outcomes: list[FaultOutcome] = []

@@ -104,7 +104,11 @@ class Deployment:
 
 
 class Target(Protocol):
-    """Deploys cells and tears them down."""
+    """Deploys cells and tears them down.
+
+    A target may also define `check_before_run(cells)`: canary.run.runner.execute calls it with the
+    planned cells before the first deploy, to refuse a run whose cells cannot start on this machine
+    (the local target: a builtin model that is not built)."""
 
     kind: str
 

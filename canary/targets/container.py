@@ -24,7 +24,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -189,9 +189,10 @@ class ContainerTarget(LocalTarget):
         """The P/D router's image."""
         return self.container.router_image or router_ref()
 
-    def preflight(self, cells: list[Cell]) -> None:
-        """Before anything starts: the CLI answers, every image of the planned cells is here (pulled or
-        built), leftovers of dead controllers are removed."""
+    def check_before_run(self, cells: Sequence[Cell]) -> None:
+        """Before anything starts: what the local target checks (the model is built), the CLI answers,
+        every image of the planned cells is here (pulled or built), leftovers of dead controllers are gone."""
+        super().check_before_run(cells)
         self.cli.check("version", what="version")
         self.sweep()
         for cell in cells:

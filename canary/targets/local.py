@@ -21,7 +21,7 @@ import json
 import os
 import shlex
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +30,7 @@ from canary.config import CanaryConfig
 from canary.config.catalog import load_catalog
 from canary.core.ports import free_ports
 from canary.errors import CanaryError
-from canary.model.ref import local_model_dir, resolve_model
+from canary.model.ref import is_builtin, local_model_dir, resolve_model
 from canary.paths import CACHE_DIR, REPO_ROOT
 from canary.plan.cell import Cell
 from canary.targets import processes
@@ -307,6 +307,13 @@ class LocalTarget:
             "ready": "/health 200 and /v1/models lists the model",
             "timeout_s": self.config.checks.startup.timeout_s,
         }
+
+    def check_before_run(self, cells: Sequence[Cell]) -> None:
+        """Before the first deploy: every builtin model the cells serve is built (CanaryError naming
+        `make model` otherwise), so a missing one stops the run instead of failing each cell's deploy."""
+        for source in dict.fromkeys(cell.model_source for cell in cells):
+            if is_builtin(source):
+                resolve_model(source, self.cache_dir)
 
     # ------------------------------------------------------------------ deploy
 

@@ -13,7 +13,9 @@ import pytest
 import yaml
 from k8s_helpers import REPO
 
+from canary.config import CanaryConfig
 from canary.config.load import validate_config
+from canary.errors import ConfigError
 from canary.images.patchseries import read_series, series_hash
 from canary.images.table import router_ref
 from canary.plan.matrix import plan
@@ -89,9 +91,12 @@ def test_an_image_nothing_builds_is_refused(image: dict[str, str], message: str)
 
 
 def test_a_missing_patch_series_is_named() -> None:
+    """Loading refuses it (canary.config.load); a config built in code still meets render_values' own check."""
     images = {"patched": {"ref": "ghcr.io/vllm-canary/vllm-patched:v0.33.0-000000000000",
                           "patches": "docker/patches/no-such-series"}}
-    config = _config(images=images)
+    with pytest.raises(ConfigError, match=r"images\.patched\.patches: patch series 'docker/patches/no-such-"):
+        _config(images=images)
+    config = CanaryConfig.model_validate({**copy.deepcopy(BASE), "images": images})
     with pytest.raises(KubeValuesError, match="patch series 'docker/patches/no-such-series' not found"):
         render_values(config, list(plan(config).planned()))
 

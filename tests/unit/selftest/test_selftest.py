@@ -12,6 +12,7 @@ from canary.errors import ConfigError
 from canary.judge.results import CellResult, CheckResult, Gate, RunResult
 from canary.paths import CONFIGS_DIR, REPO_ROOT
 from canary.plan.matrix import plan
+from canary.plan.validate import validate_plan
 from canary.selftest.judge import ProgressClock, judge_clean, judge_fault
 from canary.selftest.model import DEFAULT_CONFIG, FAULTS_FILE, FaultSpec, SelftestResult, fault_config, load_faults
 from canary.selftest.table import render_table
@@ -81,6 +82,21 @@ def test_regression_fault_deploys_the_clean_baseline_first() -> None:
     assert {c.topology for c in cells} == {"aggregated"}
     assert config.checks.throughput.enabled
     assert not (config.checks.accuracy.enabled or config.checks.parity.enabled or config.checks.kv_transfer.enabled)
+
+
+@pytest.mark.parametrize("fault_id", [f.id for f in load_faults().faults])
+def test_every_fault_run_passes_the_checks_at_the_door(fault_id: str) -> None:
+    """Each fault's config is validated like a config file (catalog, patch series, lengths) and its
+    matrix like `canary plan`'s (something runs): run_selftest refuses it before any engine otherwise."""
+    config = fault_config(load_config(DEFAULT_CONFIG), _fault(fault_id))
+    assert any(c.status == "planned" for c in validate_plan(config, fault_id))
+
+
+def test_a_fault_config_is_validated_as_a_config(tmp_path: Path) -> None:
+    broken = tmp_path / "faults.yaml"
+    broken.write_text(FAULTS_FILE.read_text())  # the series are looked up next to this copy: not there
+    with pytest.raises(ConfigError, match=r"faults.yaml \(02-pd-kv-block-order\): images.fault-02-pd-kv-block-order"):
+        fault_config(load_config(DEFAULT_CONFIG), _fault("02-pd-kv-block-order"), broken)
 
 
 def test_selftest_config_has_one_clean_image() -> None:
