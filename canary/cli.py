@@ -265,7 +265,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if args.results_dir:
         config.export.results_dir = args.results_dir
     if args.dry_run:
-        print(dry_run(config, the_plan))
+        print(dry_run(config, the_plan, config_path=str(args.config)))
         return EXIT_OK
     run = run_and_report(config, the_plan, config_path=str(args.config), console=console)
     return exit_code(run)

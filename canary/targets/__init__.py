@@ -11,13 +11,13 @@ if TYPE_CHECKING:
     from canary.targets.base import Target
 
 
-def create_target(config: CanaryConfig) -> Target:
-    """The target named by config.target.kind."""
+def create_target(config: CanaryConfig, *, source: str = "config") -> Target:
+    """The target named by config.target.kind (source: the config file, named in its errors)."""
     kind = config.target.kind
     if kind == "local":
         from canary.targets.local import LocalTarget
 
-        return LocalTarget(config)
+        return LocalTarget(config, source=source)
     if kind == "endpoint":
         from canary.targets.endpoint import EndpointTarget
 
