@@ -272,7 +272,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if args.results_dir:
         config.export.results_dir = args.results_dir
     if args.dry_run:
-        print(dry_run(config, the_plan))
+        print(dry_run(config, the_plan, config_path=str(args.config)))
         return EXIT_OK
     results_from = RESULTS_DIR_FLAG if args.results_dir else RESULTS_DIR_KEY
     try:

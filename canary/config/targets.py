@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from canary.config.base import PositiveInt, Strict, Topology
 from canary.config.matrix import CellMatch
+
+NonNegativeInt = Annotated[int, Field(ge=0)]
 
 
 class LocalTargetConfig(Strict):
@@ -19,7 +21,11 @@ class LocalTargetConfig(Strict):
     )
     router: list[str] = Field([".venv-engine/bin/vllm-router"], description="P/D router command (vllm-router).")
     host: str = Field("127.0.0.1", description="Bind address; loopback unless you know why.")
-    enforce_eager: bool = Field(True, description="--enforce-eager (CPU: saves ~1 min per start).")
+    enforce_eager: bool | Literal["auto"] = Field(
+        "auto",
+        description="--enforce-eager on every engine. auto: on CPU only (saves ~1 min per start there); GPUs "
+        "then run with CUDA graphs and torch.compile, as vLLM is deployed. true/false: on every platform.",
+    )
     env: dict[str, str] = Field(default_factory=dict, description="Extra env for every engine process.")
     extra_args: list[str] = Field(default_factory=list, description="Extra args for every engine.")
     cpu_kvcache_space_gib: PositiveInt = Field(1, description="VLLM_CPU_KVCACHE_SPACE (CPU only).")
@@ -39,6 +45,41 @@ class LocalTargetConfig(Strict):
         "polls. nixl 1.5.1 hard-codes 0, a busy loop that costs one core per engine: an idle P/D pair "
         "burned both cores of a 2-core machine and served 0.5 req/s. null leaves NIXL as shipped.",
     )
+
+
+class DevicePoolConfig(Strict):
+    """The GPUs of this machine the canary may give its engines, one cell at a time from the pool's start.
+
+    Every engine gets `models[].tensor_parallel_size` of them, prefill and decode disjoint (prefill first);
+    the local target and a container target on the same host read the same pool (canary.targets.devices)."""
+
+    gpus: list[NonNegativeInt] | Literal["all"] = Field(
+        "all",
+        description="GPU indices (as nvidia-smi numbers them; engines get CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA "
+        "numbers them alike) the engines may use, in the order they are handed out, e.g. [4, 5, 6, 7] to leave "
+        "0-3 to others. all: every GPU nvidia-smi lists when the run starts (a dry run on a machine without "
+        "GPUs renders indices from 0 and says so). The caller's CUDA_VISIBLE_DEVICES is not read, like the rest "
+        "of its environment. A cell that needs more GPUs than the pool has stops the run before anything starts "
+        "(exit 2). CPU platforms ignore the pool.",
+    )
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _list_or_all(cls, value: object) -> object:
+        if isinstance(value, str) and value != "all":
+            raise ValueError(f"expected a list of GPU indices, e.g. [0, 1], or all; got {value!r}")
+        return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _distinct(cls, value: list[int] | str) -> list[int] | str:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("empty GPU list: name at least one GPU index, or all")
+            repeated = sorted({g for g in value if value.count(g) > 1})
+            if repeated:
+                raise ValueError(f"GPU(s) {repeated} listed twice in {value}")
+        return value
 
 
 class EndpointTargetConfig(Strict):
@@ -222,6 +263,17 @@ class TargetConfig(Strict):
     """Where cells run."""
 
     kind: Literal["local", "container", "kubernetes", "endpoint"] = Field("local", description="Target kind.")
+    devices: DevicePoolConfig = Field(
+        default_factory=DevicePoolConfig,
+        description="GPUs of this machine the engines may use (targets that start engines here: local, container).",
+    )
+    hf_home: str | None = Field(
+        None,
+        description="Hugging Face cache of the engines (their HF_HOME) for hub-id model sources, on this machine. "
+        "Unset: $HF_HOME of the canary's environment, else ~/.cache/huggingface. Nothing downloads: a run whose "
+        "hub model is not in <hf_home>/hub stops before anything starts and names the `huggingface-cli download` "
+        "that fetches it (a dry run warns instead); engines run with HF_HUB_OFFLINE=1.",
+    )
     local: LocalTargetConfig = Field(default_factory=LocalTargetConfig, description="Local settings.")
     container: ContainerTargetConfig = Field(
         default_factory=ContainerTargetConfig, description="Container settings (kind: container)."

@@ -87,13 +87,19 @@ class EstimateModel:
 DEFAULT_MODEL = EstimateModel()
 
 
-def gpus_per_cell(cell: Cell, config: CanaryConfig) -> int:
-    """GPUs a cell holds: tensor_parallel_size for an aggregated server, twice that for P/D."""
+def engine_gpus(cell: Cell, config: CanaryConfig) -> dict[str, int]:
+    """GPUs each engine of a cell holds, by role in start order: {aggregated: tp} or {prefill: tp, decode: tp}
+    (tp: the model's tensor_parallel_size; the router holds none)."""
     model = next((m for m in config.models if m.name == cell.model), None)
     if model is None:
         raise ScheduleError(f"cell {cell.id}: model {cell.model!r} is not in the config")
-    servers = 1 if cell.topology == "aggregated" else 2
-    return servers * model.tensor_parallel_size
+    roles = ("aggregated",) if cell.topology == "aggregated" else ("prefill", "decode")
+    return {role: model.tensor_parallel_size for role in roles}
+
+
+def gpus_per_cell(cell: Cell, config: CanaryConfig) -> int:
+    """GPUs a cell holds: tensor_parallel_size for an aggregated server, twice that for P/D."""
+    return sum(engine_gpus(cell, config).values())
 
 
 # --------------------------------------------------------------------------- check durations

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -14,14 +16,24 @@ from canary.export.report.trends import Trends, load_trends
 from canary.judge.results import RunResult
 from canary.plan.matrix import Plan
 from canary.run.preflight import RESULTS_DIR_KEY, check_results_dir
-from canary.run.runner import execute, new_run_id
+from canary.run.runner import execute, new_run_id, preflight
 from canary.run.wave_run import execute_waves
 from canary.targets import create_target
 
 
-def dry_run(config: CanaryConfig, the_plan: Plan) -> str:
-    """Everything each planned cell would start (commands, env, ports to be picked), as JSON."""
-    target = create_target(config)
+def warn_stderr(message: str) -> None:
+    """A warning line on stderr (stdout stays the dry run's JSON)."""
+    print(f"canary: warning: {message}", file=sys.stderr, flush=True)
+
+
+def dry_run(
+    config: CanaryConfig, the_plan: Plan, *, config_path: str = "config", warn: Callable[[str], None] = warn_stderr
+) -> str:
+    """Everything each planned cell would start (commands, env, ports to be picked), as JSON. What would stop
+    a run here but not the rendering (weights not on this machine, no GPU) is passed to `warn`."""
+    target = create_target(config, source=config_path)
+    for message in preflight(target, the_plan.planned(), dry_run=True):
+        warn(message)
     rendered = [{"cell": cell.id, "status": cell.status, **target.describe(cell)} for cell in the_plan.planned()]
     return json.dumps({"config": config.name, "target": config.target.kind, "cells": rendered}, indent=2)
 

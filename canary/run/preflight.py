@@ -1,7 +1,7 @@
 """What `canary run` checks before it creates its run directory: that the results directory takes one.
 
 A dry run writes nothing, so it does not check. What a target needs of this machine (the local target:
-every builtin model built) the target checks itself before its first deploy (`check_before_run`, called
+every builtin model built) the target checks itself before its first deploy (`preflight`, called
 by canary.run.runner.execute).
 """
 

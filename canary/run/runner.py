@@ -11,7 +11,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from canary import __version__
@@ -24,7 +24,7 @@ from canary.judge.results import CellResult, CheckResult, RunResult, utc_now
 from canary.plan.cell import Cell
 from canary.plan.matrix import Plan
 from canary.targets import create_target
-from canary.targets.base import Deployment, Target
+from canary.targets.base import Deployment, Preflight, Target
 
 Progress = Callable[[str], None]
 
@@ -126,6 +126,12 @@ def _log_paths(deployment: Deployment, run_dir: Path) -> dict[str, str]:
     return out
 
 
+def preflight(target: Target, cells: Sequence[Cell], *, dry_run: bool) -> list[str]:
+    """The target's check of every planned cell before any starts (canary.targets.base.Preflight; other
+    targets: nothing): raises what would stop the run, returns a dry run's warnings."""
+    return target.preflight(cells, dry_run=dry_run) if isinstance(target, Preflight) else []
+
+
 def new_run(config: CanaryConfig, run_dir: Path, config_path: str) -> RunResult:
     """An empty result for a run of a config whose directory is run_dir (the run id is its name)."""
     return RunResult(
@@ -173,10 +179,8 @@ def execute(
 ) -> RunResult:
     """Run every cell of a plan. On Ctrl-C the cells not run are recorded as errors, the run is
     marked interrupted and returned (whatever was started has been stopped by then)."""
-    target = target or create_target(config)
-    check = getattr(target, "check_before_run", None)
-    if check is not None:  # what the target needs of this machine, before its first deploy
-        check(plan.planned())
+    target = target or create_target(config, source=config_path or "config")
+    preflight(target, plan.planned(), dry_run=False)  # a cell that cannot start here stops the run before any does
     run = new_run(config, run_dir, config_path)
     started = time.monotonic()
     earlier: dict[str, CellResult] = {}

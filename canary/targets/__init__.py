@@ -23,12 +23,15 @@ TARGETS: dict[str, str] = {
     "kubernetes": "canary.targets.kubernetes.target:KubernetesTarget",
 }
 """target.kind -> "module:class"."""
+TAKES_SOURCE = frozenset({"local", "container"})
+"""Kinds whose constructor takes the config file's name for its errors."""
 
 
-def create_target(config: CanaryConfig) -> Target:
-    """The target named by config.target.kind."""
+def create_target(config: CanaryConfig, *, source: str = "config") -> Target:
+    """The target named by config.target.kind (source: the config file, named in its errors)."""
     kind = config.target.kind
     if kind not in TARGETS:
         raise CanaryError(f"unknown target kind {kind!r}; known: {', '.join(TARGETS)}")
     module, _, name = TARGETS[kind].partition(":")
-    return cast("Target", getattr(importlib.import_module(module), name)(config))
+    cls = getattr(importlib.import_module(module), name)
+    return cast("Target", cls(config, source=source) if kind in TAKES_SOURCE else cls(config))

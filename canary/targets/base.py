@@ -6,10 +6,11 @@ Targets are chosen by `target.kind` from a small registry (`canary.targets.creat
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from canary.plan.cell import Cell
 from canary.targets.engine_site.layout_probe import LOG_PREFIX as LAYOUT_LOG_PREFIX
@@ -104,11 +105,8 @@ class Deployment:
 
 
 class Target(Protocol):
-    """Deploys cells and tears them down.
-
-    A target may also define `check_before_run(cells)`: canary.run.runner.execute calls it with the
-    planned cells before the first deploy, to refuse a run whose cells cannot start on this machine
-    (the local target: a builtin model that is not built)."""
+    """Deploys cells and tears them down. A target that can tell before its first deploy that a planned
+    cell cannot start also implements Preflight (canary.run.runner.preflight calls it)."""
 
     kind: str
 
@@ -118,4 +116,14 @@ class Target(Protocol):
 
     def describe(self, cell: Cell) -> dict[str, object]:
         """What deploy would do (commands, env, manifests), for --dry-run; starts nothing."""
+        ...
+
+
+@runtime_checkable
+class Preflight(Protocol):
+    """A target that checks the whole plan before its first cell starts (local: GPUs, weights, a built
+    builtin model; container: those, the CLI and every image)."""
+
+    def preflight(self, cells: Iterable[Cell], *, dry_run: bool = False) -> list[str]:
+        """Raise a CanaryError when a planned cell cannot start here; return warnings (a dry run's only)."""
         ...

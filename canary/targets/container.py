@@ -24,7 +24,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -46,9 +46,11 @@ from canary.targets.container_cli import (
     SOURCE_HASH_LABEL,
     ContainerCli,
     ContainerError,
+    Flavour,
     find_cli,
     owner_id,
 )
+from canary.targets.devices import container_device_args
 from canary.targets.engine_env import ENGINE_SITE_DIR, LAYOUT_DIR_ENV
 from canary.targets.local import ENGINE_ROLES, EngineBuild, LocalTarget, ServerPlan, _as_absolute
 
@@ -58,8 +60,10 @@ MODEL_MOUNT = "/models"
 SITE_MOUNT = "/opt/vllm-canary/engine_site"
 LAYOUT_MOUNT = "/opt/vllm-canary/layout"
 CACHE_MOUNT = "/tmp/vllm-canary-cache"
-HOST_ONLY_ENV = ("PATH", "HOME", "XDG_CACHE_HOME", "VLLM_CACHE_ROOT")
-"""Engine env entries that name host paths: the image's own values (or container paths) replace them."""
+HF_MOUNT = "/opt/vllm-canary/hf-home"
+HOST_ONLY_ENV = ("PATH", "HOME", "XDG_CACHE_HOME", "VLLM_CACHE_ROOT", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+"""Engine env entries that name host facts: the image's own values (or container paths) replace them. An
+engine's GPUs are the only ones its container is given (--gpus / CDI devices), so it sees them as 0..n-1."""
 
 _REFERENCE = re.compile(
     r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
@@ -95,8 +99,15 @@ class ContainerTarget(LocalTarget):
 
     kind = "container"
 
-    def __init__(self, config: CanaryConfig, *, cache_dir: Path = CACHE_DIR, cli: ContainerCli | None = None) -> None:
-        super().__init__(config, cache_dir=cache_dir)
+    def __init__(
+        self,
+        config: CanaryConfig,
+        *,
+        cache_dir: Path = CACHE_DIR,
+        source: str = "config",
+        cli: ContainerCli | None = None,
+    ) -> None:
+        super().__init__(config, cache_dir=cache_dir, source=source)
         self.container = config.target.container
         self._cli = cli
         self._images: dict[str, str] = {}
@@ -189,10 +200,14 @@ class ContainerTarget(LocalTarget):
         """The P/D router's image."""
         return self.container.router_image or router_ref()
 
-    def check_before_run(self, cells: Sequence[Cell]) -> None:
-        """Before anything starts: what the local target checks (the model is built), the CLI answers,
-        every image of the planned cells is here (pulled or built), leftovers of dead controllers are gone."""
-        super().check_before_run(cells)
+    def preflight(self, cells: Iterable[Cell], *, dry_run: bool = False) -> list[str]:
+        """Before anything starts: what the local target checks (devices, weights, a built model), then for
+        a run: the CLI answers, every image of the planned cells is here (pulled or built), and leftovers
+        of dead controllers are gone. A dry run needs no CLI and pulls nothing."""
+        cells = list(cells)
+        warnings = super().preflight(cells, dry_run=dry_run)
+        if dry_run:
+            return warnings
         self.cli.check("version", what="version")
         self.sweep()
         for cell in cells:
@@ -204,6 +219,7 @@ class ContainerTarget(LocalTarget):
                 self.resolve_image(cell.image_for(role))
             if cell.topology == "pd-nixl":
                 self._ensure(self.router_image(), "the P/D router")
+        return warnings
 
     def sweep(self) -> list[str]:
         """Remove containers this host's canaries started whose controller is gone; their names."""
@@ -247,6 +263,11 @@ class ContainerTarget(LocalTarget):
                 command = [*self.container.router_command, *plan.argv[len(self._router_command()) :]]
             env = self._container_env(plan.env)
             mounts: list[str] = []
+            if "CUDA_VISIBLE_DEVICES" in plan.env:
+                devices = tuple(int(d) for d in plan.env["CUDA_VISIBLE_DEVICES"].split(",") if d.strip())
+                mounts += container_device_args(self.cli_flavour(), devices)
+            if "HF_HOME" in plan.env:
+                mounts += ["-v", f"{plan.env['HF_HOME']}:{HF_MOUNT}"]
             if plan.is_engine:
                 if model_host.is_absolute():
                     mounts += ["-v", f"{model_host}:{model_in}:ro"]
@@ -292,6 +313,13 @@ class ContainerTarget(LocalTarget):
         except ContainerError:
             return [self.container.cli or "podman"]
 
+    def cli_flavour(self) -> Flavour:
+        """docker or podman (the configured name where none is installed, for a dry run)."""
+        try:
+            return self.cli.flavour
+        except ContainerError:
+            return "docker" if "docker" in (self.container.cli or "") else "podman"
+
     def cli_env(self) -> dict[str, str]:
         """The CLI client's own environment."""
         try:
@@ -311,6 +339,8 @@ class ContainerTarget(LocalTarget):
             out[LAYOUT_DIR_ENV] = LAYOUT_MOUNT
         if "PYTHONPATH" in env:
             out["PYTHONPATH"] = SITE_MOUNT
+        if "HF_HOME" in env:
+            out["HF_HOME"] = HF_MOUNT
         return out
 
     def describe(self, cell: Cell) -> dict[str, object]:

@@ -18,7 +18,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from canary.errors import CanaryError
 from canary.paths import REPO_ROOT
@@ -29,6 +29,7 @@ OWNER_LABEL = "dev.vllm-canary.owner"
 """`<hostname>:<pid>` of the controller that started the container."""
 CELL_LABEL = "dev.vllm-canary.cell"
 ROLE_LABEL = "dev.vllm-canary.role"
+Flavour = Literal["docker", "podman"]
 SOURCE_HASH_LABEL = "dev.vllm-canary.source-hash"
 """On images the canary derives itself: the hash of what went into the build (cache key)."""
 
@@ -69,8 +70,7 @@ def owner_id(pid: int | None = None) -> str:
 class ContainerCli:
     """One Docker-compatible CLI: its flavour, its program and the environment it runs with."""
 
-    flavour: str
-    """docker or podman."""
+    flavour: Flavour
     program: str
     env: Mapping[str, str]
 
@@ -189,7 +189,7 @@ class ContainerCli:
         return pid if done.returncode == 0 and pid > 0 else None
 
 
-def cli_env(flavour: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def cli_env(flavour: Flavour, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The CLI's own environment (see the module doc)."""
     environ = os.environ if environ is None else environ
     env = {"PATH": SYSTEM_PATH + ":/usr/sbin:/sbin", "HOME": environ.get("HOME", "/root"), "LANG": "C.UTF-8"}
@@ -208,7 +208,7 @@ def find_cli(configured: str | None, environ: Mapping[str, str] | None = None) -
         program = shutil.which(candidate) if "/" not in candidate else candidate
         if program and os.access(program, os.X_OK):
             name = Path(program).name
-            flavour = "docker" if "docker" in name else "podman"
+            flavour: Flavour = "docker" if "docker" in name else "podman"
             return ContainerCli(flavour, program, cli_env(flavour, environ))
     if configured:
         raise ContainerError(f"target.container.cli: {configured!r} not found or not executable")

@@ -5,9 +5,11 @@ built from the config and the cell. This keeps runs reproducible (a stray VLLM_*
 user's shell cannot change what a cell runs) and keeps everything on loopback and offline.
 
 Precedence, lowest first: the fixed base (PATH, HOME, locale, caches), loopback and offline
-settings, the platform's settings (VLLM_CPU_* on CPU), the cell's settings (model runner, NIXL
-side channel, CPU binding), then `target.local.env` from the config. A config value of ""
-removes the variable: `VLLM_USE_V2_MODEL_RUNNER: ""` leaves the runner choice to vLLM's default.
+settings, the Hugging Face cache of a hub model (HF_HOME), the platform's settings (VLLM_CPU_* on
+CPU), the cell's settings (model runner, NIXL side channel, CPU binding, the engine's GPUs:
+CUDA_VISIBLE_DEVICES from canary.targets.devices), then `target.local.env` from the config. A
+config value of "" removes the variable: `VLLM_USE_V2_MODEL_RUNNER: ""` leaves the runner choice
+to vLLM's default.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from canary.config import CanaryConfig, Runner
 from canary.paths import CACHE_DIR, REPO_ROOT
+from canary.targets.devices import Devices, visible_devices_env
 
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -53,6 +56,7 @@ class EngineRole:
     nixl_side_channel_port: int | str | None = None  # str: a placeholder in describe()
     cpu_bind: str | None = None
     layout_dir: Path | str | None = None  # the layout probe writes here (None: probe off)
+    gpus: Devices | None = None  # the engine's GPUs (None: no GPU is assigned, e.g. on CPU)
 
 
 def _home() -> str:
@@ -112,14 +116,18 @@ def engine_env(
     engine_python: Path,
     cache_dir: Path = CACHE_DIR,
     python_path: Sequence[Path | str] = (),
+    hf_home: Path | None = None,
 ) -> dict[str, str]:
     """The complete environment of one vLLM engine process of a cell.
 
-    python_path goes first on PYTHONPATH (a patched copy of vLLM: canary.images.overlay)."""
+    python_path goes first on PYTHONPATH (a patched copy of vLLM: canary.images.overlay); hf_home is the
+    Hugging Face cache a hub model is read from (offline: canary.model.ref)."""
     local = config.target.local
     env = base_env(engine_python.parent, cache_dir)
     env.update(loopback_env(local.host))
     env.update(OFFLINE_ENV)
+    if hf_home is not None:
+        env["HF_HOME"] = str(hf_home)
     env["VLLM_CACHE_ROOT"] = str(cache_dir / "vllm")
     env["PYTHONFAULTHANDLER"] = "1"  # a native crash (SIGSEGV, SIGILL) leaves a traceback in the log
     if config.platform == "cpu":
@@ -144,6 +152,8 @@ def engine_env(
     if paths:
         env["PYTHONPATH"] = ":".join(paths)
     env[RUNNER_ENV_VAR] = "1" if role.runner == "v2" else "0"
+    if role.gpus is not None:
+        env.update(visible_devices_env(role.gpus))
     if role.nixl_side_channel_port is not None:
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = env["VLLM_HOST_IP"]
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(role.nixl_side_channel_port)

@@ -9,6 +9,14 @@ in the cell's log directory. Prefill and decode start together; the router start
 ready. If anything fails to come up, deploy tears everything down and still yields a Deployment
 (started=False, failure=...) so the startup check can classify the failure from the logs.
 
+GPUs: each engine sees only its own GPUs (CUDA_VISIBLE_DEVICES), handed out from `target.devices`
+by canary.targets.devices, prefill and decode disjoint. Weights of a hub model come from the
+Hugging Face cache on this machine (`target.hf_home`, engines offline). `preflight` checks both for
+every planned cell before the first one starts: a pool too small is a ConfigError (exit 2), a model
+the cache lacks an error naming the download (a dry run reports both problems it can only guess at,
+the GPUs of `all` on a machine without them and missing weights, as warnings and renders anyway).
+--enforce-eager is passed on CPU only unless `target.local.enforce_eager` says otherwise.
+
 Runner choice: runner v2 sets VLLM_USE_V2_MODEL_RUNNER=1, so vLLM must run Model Runner V2 or
 refuse to start (on CPU it refuses: "Model Runner V2 requires Triton."); runner v1 sets it to 0.
 `target.local.env: {VLLM_USE_V2_MODEL_RUNNER: ""}` leaves the choice to vLLM's default instead,
@@ -21,21 +29,24 @@ import json
 import os
 import shlex
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from canary.config import CanaryConfig
 from canary.config.catalog import load_catalog
 from canary.core.ports import free_ports
-from canary.errors import CanaryError
-from canary.model.ref import is_builtin, local_model_dir, resolve_model
+from canary.errors import CanaryError, ConfigError
+from canary.model.ref import hf_home, hub_model_missing, is_builtin, is_hub_id, local_model_dir, resolve_model
 from canary.paths import CACHE_DIR, REPO_ROOT
 from canary.plan.cell import Cell
 from canary.targets import processes
 from canary.targets.base import Deployment, ServerInfo
+from canary.targets.devices import GPUS_KEY, Devices, Pool, cell_devices, check_pool, most_needed, resolve_pool
 from canary.targets.engine_env import LAYOUT_DIR_ENV, EngineRole, cpu_binds, engine_env, router_env
+from canary.targets.host_gpus import listed_gpus
 from canary.targets.readiness import probe, wait_ready
 from canary.targets.signatures import LogWatch
 
@@ -97,13 +108,86 @@ class LocalTarget:
 
     kind = "local"
 
-    def __init__(self, config: CanaryConfig, *, cache_dir: Path = CACHE_DIR, cores: int | None = None) -> None:
+    def __init__(
+        self,
+        config: CanaryConfig,
+        *,
+        cache_dir: Path = CACHE_DIR,
+        cores: int | None = None,
+        source: str = "config",
+        gpus_here: tuple[int, ...] | Literal["probe"] | None = "probe",
+    ) -> None:
+        """source: the config file (for errors); gpus_here: the GPUs this machine shows (None: none;
+        "probe": ask nvidia-smi the first time `target.devices.gpus: all` is resolved)."""
         self.config = config
         self.settings = config.target.local
         self.cache_dir = cache_dir
         self.cores = cores or os.cpu_count() or 1
         self.catalog = load_catalog()
+        self.source = source
+        self._listed = gpus_here
         self._overlays: dict[str, Path] = {}
+
+    # ------------------------------------------------------------------ GPUs and weights
+
+    @property
+    def enforce_eager(self) -> bool:
+        """Whether engines get --enforce-eager (`auto`: on CPU only)."""
+        setting = self.settings.enforce_eager
+        return self.config.platform == "cpu" if setting == "auto" else setting
+
+    def gpu_pool(self) -> Pool | None:
+        """The device pool (None: `all` on a machine where nvidia-smi lists no GPU)."""
+        if self._listed == "probe":
+            self._listed = listed_gpus() if self.config.target.devices.gpus == "all" else None
+        return resolve_pool(self.config.target.devices.gpus, self._listed)
+
+    def _no_gpus(self) -> str:
+        return (
+            f"platform {self.config.platform} but nvidia-smi lists no GPU on this machine ({GPUS_KEY}: all); "
+            f"run on a GPU machine or name the GPUs in {GPUS_KEY}"
+        )
+
+    def devices(self, cell: Cell) -> dict[str, Devices]:
+        """Each engine role's GPUs ({} on CPU); ConfigError when the pool cannot hold the cell."""
+        if self.config.platform == "cpu":
+            return {}
+        pool = self.gpu_pool()
+        if pool is None:
+            raise ConfigError(self.source, GPUS_KEY, self._no_gpus())
+        return cell_devices(cell, self.config, pool, source=self.source)
+
+    def hf_home(self, cell: Cell) -> Path | None:
+        """The Hugging Face cache the cell's engines read a hub model from (None: a builtin or a directory)."""
+        return hf_home(self.config.target.hf_home) if is_hub_id(cell.model_source) else None
+
+    def weights_missing(self, cell: Cell) -> str | None:
+        """Why the cell's model cannot be loaded here (None: it can, as far as the canary can tell)."""
+        return hub_model_missing(cell.model_source, hf_home(self.config.target.hf_home))
+
+    def preflight(self, cells: Iterable[Cell], *, dry_run: bool = False) -> list[str]:
+        """Check every planned cell's GPUs and weights before the first starts. ConfigError (exit 2) for a
+        device pool too small; a run stops on missing weights or an unknown pool, a dry run returns them
+        as warnings."""
+        planned = list(cells)
+        warnings: list[str] = []
+        if most_needed(planned, self.config):
+            pool = self.gpu_pool()
+            if pool is not None:
+                check_pool(planned, self.config, pool, source=self.source)
+            elif dry_run:
+                warnings.append(self._no_gpus() + ": the dry run renders GPUs from index 0")
+            else:
+                raise ConfigError(self.source, GPUS_KEY, self._no_gpus())
+        for model_source in dict.fromkeys(cell.model_source for cell in planned):
+            if is_builtin(model_source) and not dry_run:  # built (CanaryError naming `make model` otherwise)
+                resolve_model(model_source, self.cache_dir)
+            missing = hub_model_missing(model_source, hf_home(self.config.target.hf_home))
+            if missing is not None and not dry_run:
+                raise CanaryError(missing)
+            if missing is not None:
+                warnings.append(missing)
+        return warnings
 
     # ------------------------------------------------------------------ commands
 
@@ -170,7 +254,7 @@ class LocalTarget:
         ]
         if tp > 1:
             argv += ["--tensor-parallel-size", str(tp)]
-        if self.settings.enforce_eager:
+        if self.enforce_eager:
             argv.append("--enforce-eager")
         if role in ("prefill", "decode"):
             platform = self.catalog.platforms[self.config.platform]
@@ -219,19 +303,29 @@ class LocalTarget:
         builds: Mapping[str, EngineBuild],
         model_path: str,
         layout_root: Path | str | None = None,
+        devices: Mapping[str, Devices] | None = None,
+        hf_home: Path | None = None,
     ) -> list[ServerPlan]:
         """Every process of the cell, in start order. `ports` maps names (see port_names) to values;
         `builds` maps each image key of the cell to its engine build (a mixed pair has two).
 
-        layout_root: the cell's log directory; each engine's layout probe writes to <role>.layout/ in it."""
+        layout_root: the cell's log directory; each engine's layout probe writes to <role>.layout/ in it.
+        devices: each engine role's GPUs (canary.targets.devices; none: no CUDA_VISIBLE_DEVICES);
+        hf_home: the Hugging Face cache of a hub model."""
+        gpus = dict(devices or {})
         host = self.settings.host
         probe = self.config.checks.startup.layout_probe
         layout_dirs = {r: (f"{layout_root}/{r}.layout" if probe and layout_root else None) for r in ENGINE_ROLES}
         if cell.topology == "aggregated":
             build = builds[cell.image]
-            role = EngineRole(runner=cell.runner, layout_dir=layout_dirs["aggregated"])
+            role = EngineRole(runner=cell.runner, layout_dir=layout_dirs["aggregated"], gpus=gpus.get("aggregated"))
             env = engine_env(
-                self.config, role, engine_python=build.python, cache_dir=self.cache_dir, python_path=build.python_path
+                self.config,
+                role,
+                engine_python=build.python,
+                cache_dir=self.cache_dir,
+                python_path=build.python_path,
+                hf_home=hf_home,
             )
             argv = self.engine_argv(
                 cell, str(build.python), model_path, "aggregated", ports["aggregated"], cell.prefill_block_size
@@ -249,9 +343,15 @@ class LocalTarget:
                 nixl_side_channel_port=side,
                 cpu_bind=binds[index],
                 layout_dir=layout_dirs[role_name],
+                gpus=gpus.get(role_name),
             )
             env = engine_env(
-                self.config, role, engine_python=build.python, cache_dir=self.cache_dir, python_path=build.python_path
+                self.config,
+                role,
+                engine_python=build.python,
+                cache_dir=self.cache_dir,
+                python_path=build.python_path,
+                hf_home=hf_home,
             )
             argv = self.engine_argv(cell, str(build.python), model_path, role_name, ports[role_name], block)
             plans.append(ServerPlan(role_name, argv, env, ports[role_name], side_ports=[side]))
@@ -296,10 +396,20 @@ class LocalTarget:
         except CanaryError as exc:
             model_path = str(local_model_dir(cell.model_source, self.cache_dir) or cell.model_source)
             notes.append(str(exc))
-        servers = [
-            {"role": p.role, "command": shlex.join(p.argv), "argv": p.argv, "env": p.env}
-            for p in self.plan_servers(cell, ports, builds=builds, model_path=model_path, layout_root="$CELL_LOG_DIR")
-        ]
+        missing = self.weights_missing(cell)
+        if missing is not None:
+            notes.append(missing)
+        devices = self._described_devices(cell, notes)
+        plans = self.plan_servers(
+            cell,
+            ports,
+            builds=builds,
+            model_path=model_path,
+            layout_root="$CELL_LOG_DIR",
+            devices=devices,
+            hf_home=self.hf_home(cell),
+        )
+        servers = [{"role": p.role, "command": shlex.join(p.argv), "argv": p.argv, "env": p.env} for p in plans]
         return {
             "servers": servers,
             "notes": notes,
@@ -308,18 +418,23 @@ class LocalTarget:
             "timeout_s": self.config.checks.startup.timeout_s,
         }
 
-    def check_before_run(self, cells: Sequence[Cell]) -> None:
-        """Before the first deploy: every builtin model the cells serve is built (CanaryError naming
-        `make model` otherwise), so a missing one stops the run instead of failing each cell's deploy."""
-        for source in dict.fromkeys(cell.model_source for cell in cells):
-            if is_builtin(source):
-                resolve_model(source, self.cache_dir)
+    def _described_devices(self, cell: Cell, notes: list[str]) -> dict[str, Devices]:
+        """The GPUs a dry run shows: the real assignment, or on a machine without GPUs (`all`) one from index 0."""
+        if self.config.platform != "cpu" and self.gpu_pool() is None:
+            needed = most_needed([cell], self.config)
+            notes.append(self._no_gpus() + ": rendered as " + ("GPU 0" if needed == 1 else f"GPUs 0-{needed - 1}"))
+            return cell_devices(cell, self.config, Pool(tuple(range(needed)), "assumed"), source=self.source)
+        return self.devices(cell)
 
     # ------------------------------------------------------------------ deploy
 
     @contextmanager
     def deploy(self, cell: Cell, log_dir: Path) -> Iterator[Deployment]:
         """Start the cell's servers; yield the Deployment; stop every process group on exit."""
+        devices = self.devices(cell)
+        missing = self.weights_missing(cell)
+        if missing is not None:
+            raise CanaryError(missing)
         builds = self.engine_builds(cell)
         model_path = resolve_model(cell.model_source, self.cache_dir)
         if cell.topology == "pd-nixl":
@@ -327,7 +442,15 @@ class LocalTarget:
         names = self.port_names(cell)
         ports = dict(zip(names, (str(p) for p in free_ports(len(names), self.settings.host)), strict=True))
         log_dir.mkdir(parents=True, exist_ok=True)
-        plans = self.plan_servers(cell, ports, builds=builds, model_path=model_path, layout_root=log_dir.absolute())
+        plans = self.plan_servers(
+            cell,
+            ports,
+            builds=builds,
+            model_path=model_path,
+            layout_root=log_dir.absolute(),
+            devices=devices,
+            hf_home=self.hf_home(cell),
+        )
         deployment = Deployment(cell=cell, base_url="", served_model=cell.model)
         started: dict[str, processes.ManagedProcess] = {}
         try:

@@ -84,7 +84,7 @@ def servers(
 def _run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], target: TwoServers
 ) -> tuple[int, RunResult, str]:
-    def create_target(config: CanaryConfig) -> TwoServers:
+    def create_target(config: CanaryConfig, **_: object) -> TwoServers:
         return target
 
     monkeypatch.setattr(runner, "create_target", create_target)

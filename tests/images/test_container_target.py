@@ -52,7 +52,7 @@ def test_an_aggregated_cell_serves_from_its_image_and_leaves_nothing(tmp_path: P
     config = _config()
     cell = next(c for c in plan(config).planned() if c.id == "agg.cpu_attn.b32.auto.v1.baseline")  # type: ignore[arg-type]
     target = ContainerTarget(config)  # type: ignore[arg-type]
-    target.check_before_run([cell])
+    target.preflight([cell])
     with target.deploy(cell, tmp_path / "logs") as deployment:
         assert deployment.started, deployment.failure
         running = _containers(f"{OWNER_LABEL}={owner_id()}")

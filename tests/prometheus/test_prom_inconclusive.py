@@ -97,7 +97,7 @@ def test_an_unmeasurable_cell_makes_the_run_inconclusive_everywhere(
 ) -> None:
     target = ScriptedTarget(scripted)
 
-    def create_target(config: CanaryConfig) -> ScriptedTarget:
+    def create_target(config: CanaryConfig, **_: object) -> ScriptedTarget:
         return target
 
     monkeypatch.setattr(runner, "create_target", create_target)

@@ -72,7 +72,7 @@ def loud_target(monkeypatch: pytest.MonkeyPatch, *, real: bool = False) -> LoudT
         monkeypatch.setattr(LocalTarget, "deploy", lambda _self, cell, log_dir: target.deploy(cell, log_dir))
         return target
 
-    def create(_config: object) -> LoudTarget:
+    def create(_config: object, **_: object) -> LoudTarget:
         return target
 
     monkeypatch.setattr(runner, "create_target", create)

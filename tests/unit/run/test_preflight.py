@@ -1,6 +1,6 @@
 """What `canary run` refuses before its first engine: a results directory it cannot write (exit 2, naming
 it and why: canary.run.preflight) and, on the local target, a builtin model that is not built (exit 1,
-naming `make model`: LocalTarget.check_before_run). Plan and the dry run, which write and start nothing,
+naming `make model`: LocalTarget.preflight). Plan and the dry run, which write and start nothing,
 accept both (tests/support/refusal.py)."""
 
 from __future__ import annotations
