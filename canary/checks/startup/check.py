@@ -10,8 +10,10 @@
   tests/source), the KV cache dtype and size; the startup log gives the attention backend, the
   model runner and, in P/D engines, the kernel block (the NIXL worker's "User-specified logical
   block size (L) does not match physical kernel block size (K)" line); the engine's layout
-  probe (canary/targets/engine_site/layout_probe.py) gives the kernel block everywhere. Anything
-  that differs from the cell fails the check: that is how a silent fallback (FLASH_ATTN ->
+  probe (canary/targets/engine_site/layout_probe.py) gives the kernel block everywhere, and what
+  the engine's backend declares: where it recorded a declaration, the kernel block is judged by
+  the layout gates against it (layout.py), not against the plan's kernel (catalog / config).
+  Anything that differs from the cell fails the check: that is how a silent fallback (FLASH_ATTN ->
   CPU_ATTN, Model Runner V2 -> V1 on CPU) is caught.
 - Missing evidence is unknown, never a default: a log that holds no startup record (it does not
   reach the KV cache allocation line, e.g. a tail that access lines pushed the start out of) says
@@ -32,12 +34,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from canary.checks.base import CheckContext, register
 from canary.checks.startup import phases as startup_phases
-from canary.checks.startup.layout import judge_layouts
+from canary.checks.startup.layout import has_declaration, judge_layouts, summarize
 from canary.config import StartupCheckConfig
 from canary.core import metric_keys as keys
 from canary.core.promtext import Sample, first, scrape
@@ -226,8 +228,9 @@ def compare(expected: Expected, observed: Observed) -> tuple[list[str], list[str
     """(mismatches, unverified): one sentence per difference, and what could not be read.
 
     block_size and effective_attention_block_size are both the LOGICAL block, so both are compared
-    with the cell's --block-size; the kernel block is compared with the catalog's only where an
-    engine reported it (NIXL's split line, the layout probe)."""
+    with the cell's --block-size; the kernel block is compared with the plan's (catalog / config) only
+    where an engine reported it (NIXL's split line, the layout probe) and did not record its backend's
+    declaration (the caller then leaves expected.kernel_block_size None: the layout gates judge it)."""
     mismatches: list[str] = []
     unverified: list[str] = []
     pairs: list[tuple[str, object, object]] = [
@@ -310,6 +313,12 @@ def _failed(ctx: CheckContext) -> CheckResult:
     if classification.best is None and failed_role is not None:
         log_path = deployment.servers[failed_role].log_path
         evidence["log_tail"] = tail(log_path, 15) if log_path is not None else ""
+    if ctx.config.checks.startup.layout_probe:
+        # What each engine got to record before it died (the probe records at allocation, before NIXL
+        # registers: a registration that raises leaves the allocated layout and the hook's exception).
+        recorded = {role: deployment.servers[role].layout() for role in deployment.engine_roles}
+        if any(recorded.values()):
+            evidence["layout"] = {"engines": {role: summarize(record) for role, record in recorded.items()}}
     if classification.best is not None:
         sig = classification.best.signature
         summary = f"{sig.title} [{sig.id}] in {classification.best.source} log line {classification.best.line_number}"
@@ -364,13 +373,24 @@ def startup_check(ctx: CheckContext) -> CheckResult:
     for role in deployment.engine_roles:
         server = deployment.servers[role]
         expected = expected_for(ctx.cell, role)
+        planned_kernel = expected.kernel_block_size
+        if ctx.config.checks.startup.layout_probe and has_declaration(layouts[role]):
+            # The engine said what its backend declares: layout-kernel-block judges the kernel block
+            # against that; the plan's kernel came from the catalog / config, a cross-check only.
+            expected = replace(expected, kernel_block_size=None)
         try:
             observed = observe(server, cpu, layouts[role])
         except CanaryError as exc:
             all_mismatches.append(f"{role}: cannot read live config: {exc}")
             continue
         mismatches, missing = compare(expected, observed)
-        live[role] = {"expected": asdict(expected), "observed": asdict(observed)}
+        live_role: dict[str, object] = {"expected": asdict(expected), "observed": asdict(observed)}
+        live[role] = live_role
+        if expected.kernel_block_size is None and planned_kernel is not None:
+            live_role["kernel_block_size"] = (
+                f"planned {planned_kernel} from the catalog / config; judged by layout-kernel-block-{role} "
+                "against the engine's declaration"
+            )
         if missing:
             unverified[role] = missing
         cannot_judge += [
@@ -407,7 +427,7 @@ def startup_check(ctx: CheckContext) -> CheckResult:
         return CheckResult(
             name="startup",
             verdict="fail",
-            summary="runs another config than asked: " + "; ".join(all_mismatches),
+            summary="runs another config than asked: " + "; ".join(all_mismatches + layout_result.finding_lines()),
             metrics=metrics,
             gates=gates,
             evidence=evidence,
@@ -417,7 +437,7 @@ def startup_check(ctx: CheckContext) -> CheckResult:
         return CheckResult(
             name="startup",
             verdict="invalid",
-            summary="cannot verify the live config: " + "; ".join(cannot_judge),
+            summary="cannot verify the live config: " + "; ".join(cannot_judge + layout_result.finding_lines()),
             metrics=metrics,
             gates=gates,
             evidence=evidence,

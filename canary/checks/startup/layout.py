@@ -4,7 +4,12 @@ The seeds' bug class is a disagreement about grain between the KV manager's logi
 attention kernel's block and what NIXL registers and transfers. Each gate names itself and carries
 both sides' numbers:
 
-  layout-kernel-block-<role>   the kernel block is one the backend accepts and divides the logical block
+  layout-kernel-block-<role>   the kernel block in use divides the logical block and is one the
+                               backend declares for it: judged against the ENGINE's own declaration
+                               (canary/checks/startup/declared.py); the catalog / config entry is a
+                               cross-check whose disagreement is reported as a finding, not a gate.
+                               A record without a declaration (probe schema 1, hook point missing) is
+                               judged against the catalog / config, and the evidence says so.
   layout-tensor-grain-<role>   the views bound to attention layers are at kernel grain
   layout-nixl-grain-<role>     NIXL registered kernel blocks: block size = kernel block and
                                blocks = logical blocks x (logical / kernel)
@@ -15,7 +20,8 @@ both sides' numbers:
   layout-transfer-ids          the block ids decode read lie inside what each side registered
 
 A missing record (probe off, hook point absent in this vLLM) is reported as unknown in the
-evidence, never as a pass of a gate that did not run.
+evidence, never as a pass of a gate that did not run. Records of probe schema_version 1 and 2 are
+both read (2 adds the declarations, the runner's phase and NIXL's input views).
 """
 
 from __future__ import annotations
@@ -24,11 +30,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from canary.checks.startup import declared as declared_sizes
 from canary.config import CanaryConfig
 from canary.config.catalog import KernelBlockSizes
 from canary.judge.results import Gate
 from canary.plan.cell import Cell
-from canary.plan.matrix import kernel_block_sizes_for
 
 
 @dataclass
@@ -38,11 +44,24 @@ class LayoutJudgement:
     gates: list[Gate] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)
+    findings: dict[str, list[str]] = field(default_factory=dict)
+    """Cross-check findings (catalog / config vs the engine's declaration) -> the roles they were seen on:
+    reported, not gates (canary/checks/startup/declared.py cross_check says why)."""
 
     @property
     def summary_suffix(self) -> str:
-        """', layout verified (N gates)' when gates ran, '' otherwise."""
-        return f", layout verified ({len(self.gates)} gates)" if self.gates and not self.failures else ""
+        """', layout verified (N gates)' when gates ran and passed, then the findings; '' otherwise."""
+        verified = f", layout verified ({len(self.gates)} gates)" if self.gates and not self.failures else ""
+        return verified + "".join(f"; {line}" for line in self.finding_lines())
+
+    def finding_lines(self) -> list[str]:
+        """One line per finding, naming the roles: 'catalog out of date ... (prefill, decode)'."""
+        return [f"{text} ({', '.join(roles)})" for text, roles in self.findings.items()]
+
+    def find(self, role: str, text: str) -> None:
+        roles = self.findings.setdefault(text, [])
+        if role not in roles:
+            roles.append(role)
 
     def add(self, name: str, passed: bool, detail: str) -> None:
         self.gates.append(Gate(name=name, passed=passed, detail=detail))
@@ -58,6 +77,13 @@ def _full_attention_group(record: Mapping[str, Any]) -> Mapping[str, Any] | None
     return None
 
 
+def has_declaration(record: Mapping[str, Any] | None) -> bool:
+    """Whether the engine recorded what its backends declare for the full-attention group: then the
+    kernel block is judged by layout-kernel-block-<role> against that, not against the plan's belief."""
+    group = _full_attention_group(record) if record else None
+    return group is not None and bool(declared_sizes.declarations(group)[0])
+
+
 def summarize(record: Mapping[str, Any] | None) -> dict[str, Any]:
     """The numbers a person reads first: runner, backend, logical/kernel block, blocks, NIXL grain."""
     if not record:
@@ -65,12 +91,16 @@ def summarize(record: Mapping[str, Any] | None) -> dict[str, Any]:
     group = _full_attention_group(record) or {}
     nixl = record.get("nixl") or {}
     views = record.get("kernel_views") or []
+    declared, _ = declared_sizes.declarations(group)
     return {
         "recorded": True,
+        "schema_version": record.get("schema_version"),
+        "phase": record.get("phase"),
         "runner_class": record.get("runner_class"),
         "backends": group.get("backends"),
         "logical_block_size": group.get("logical_block_size"),
         "kernel_block_sizes": group.get("kernel_block_sizes"),
+        "declared_kernel_block_sizes": {d.backend: d.describe() for d in declared} or None,
         "num_blocks": record.get("num_blocks"),
         "kernel_view_shape": views[0].get("shape") if views else None,
         "kernel_view_grain": views[0].get("grain") if views else None,
@@ -81,24 +111,77 @@ def summarize(record: Mapping[str, Any] | None) -> dict[str, Any]:
     }
 
 
+def judge_kernel_block(
+    judgement: LayoutJudgement,
+    role: str,
+    group: Mapping[str, Any],
+    believed: KernelBlockSizes | None,
+    believed_source: str,
+    config: CanaryConfig,
+    image: str,
+) -> None:
+    """layout-kernel-block-<role>: the kernel block in use against the engine's declaration (or, without
+    one, against the catalog / config), and the catalog / config cross-checked against the declaration."""
+    logical = int(group["logical_block_size"])
+    kernels = [int(k) for k in group["kernel_block_sizes"]]
+    declared, why_not = declared_sizes.declarations(group)
+    name = f"layout-kernel-block-{role}"
+    if not declared:
+        judgement.evidence.setdefault("declaration", {})[role] = f"{why_not}: judged against {believed_source}"
+        if believed is None:
+            judgement.evidence.setdefault("unknown", []).append(
+                f"{role}: kernel block {kernels} not judged: no declaration and no {believed_source} entry"
+            )
+            return
+        bad = [k for k in kernels if logical % k != 0 or not believed.accepts(k)]
+        judgement.add(
+            name,
+            not bad,
+            f"kernel block {kernels} under logical {logical}"
+            + (f": {bad} not accepted ({believed.describe()}) or not dividing {logical}" if bad else ", accepted")
+            + f" ({believed_source}; the engine recorded no declaration)",
+        )
+        return
+    said = declared_sizes.describe_all(declared)
+    judgement.evidence.setdefault("declaration", {})[role] = said
+    rows, findings = declared_sizes.cross_check(config, image, declared)
+    judgement.evidence.setdefault("cross_check", {})[role] = rows
+    for finding in findings:
+        judgement.find(role, finding)
+    derived = declared_sizes.kernel_for(declared, logical)
+    bad = [k for k in kernels if logical % k != 0 or not all(d.accepts(k) for d in declared)]
+    if bad:
+        detail = f"kernel block {bad[0]} in use under logical {logical}, not what the engine declares ({said}): " + (
+            f"for logical {logical} that gives {derived}-token kernel blocks"
+            if derived is not None
+            else f"no declared size divides {logical}"
+        )
+    else:
+        detail = f"kernel block {kernels} under logical {logical}, as the engine declares ({said})"
+        if derived is not None and derived not in kernels:
+            detail += f"; vLLM's rule would pick {derived}"
+    judgement.add(name, not bad, detail)
+
+
 def judge_engine(
-    judgement: LayoutJudgement, role: str, record: Mapping[str, Any], accepted: KernelBlockSizes, pd: bool
+    judgement: LayoutJudgement,
+    role: str,
+    record: Mapping[str, Any],
+    believed: KernelBlockSizes | None,
+    pd: bool,
+    *,
+    config: CanaryConfig,
+    image: str,
+    believed_source: str = "the catalog",
 ) -> None:
     """The per-engine gates from one record."""
     group = _full_attention_group(record)
     if group is None:
         judgement.evidence.setdefault("unknown", []).append(f"{role}: no KV cache group with a kernel block recorded")
         return
+    judge_kernel_block(judgement, role, group, believed, believed_source, config, image)
     logical = int(group["logical_block_size"])
-    kernels = [int(k) for k in group["kernel_block_sizes"]]
-    bad = [k for k in kernels if logical % k != 0 or not accepted.accepts(k)]
-    judgement.add(
-        f"layout-kernel-block-{role}",
-        not bad,
-        f"kernel block {kernels} under logical {logical}"
-        + (f": {bad} not accepted ({accepted.describe()}) or not dividing {logical}" if bad else ", accepted"),
-    )
-    kernel = kernels[0]
+    kernel = int(group["kernel_block_sizes"][0])
     num_blocks = int(record.get("num_blocks") or 0)
     views = [v for v in record.get("kernel_views") or [] if isinstance(v, Mapping)]
     if views and num_blocks:
@@ -247,8 +330,20 @@ def judge_layouts(cell: Cell, layouts: Mapping[str, Mapping[str, Any] | None], c
         if not record:
             judgement.evidence.setdefault("unknown", []).append(f"{role}: no layout record")
             continue
-        accepted = kernel_block_sizes_for(config, cell.image_for(role), cell.backend)
-        judge_engine(judgement, role, record, accepted, pd)
+        image = cell.image_for(role)
+        believed, _, source = declared_sizes.believed(config, image, cell.backend)
+        judge_engine(
+            judgement,
+            role,
+            record,
+            believed,
+            pd,
+            config=config,
+            image=image,
+            believed_source=source,
+        )
+    if judgement.findings:
+        judgement.evidence["findings"] = judgement.finding_lines()
     return judgement
 
 

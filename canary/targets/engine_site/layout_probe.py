@@ -1,26 +1,38 @@
 """The engine-side KV layout probe: what grain the engine really keeps, registers and transfers.
 
 Loaded by sitecustomize.py into every engine process when CANARY_LAYOUT_DIR is set. It wraps a few
-vLLM functions by name as their modules are imported and, after each original call returns,
-records read-only facts into `$CANARY_LAYOUT_DIR/layout.<pid>.json` (rewritten atomically on every
-update). It never changes an argument or a return value, and a failure inside the probe is recorded
-(`hooks[name] = "error: ..."`), never raised. A hook point missing in a vLLM version is recorded as
-`"missing: <reason>"` (unknown), never guessed.
+vLLM functions by name as their modules are imported and records read-only facts into
+`$CANARY_LAYOUT_DIR/layout.<pid>.json` (rewritten atomically on every update): on entry to a hook
+point what its arguments already say, at KV allocation what was allocated, and after the original
+call returns the rest. It never changes an argument, a return value or an exception (a hooked call
+that raises is recorded as `hooks[name] = "raised: ..."` and the exception goes on unchanged), and a
+failure inside the probe is recorded (`hooks[name] = "error: ..."`), never raised. A hook point
+missing in a vLLM version is recorded as `"missing: <reason>"` (unknown), never guessed.
 
-Recorded (schema_version 1):
+Recorded (schema_version 2; readers accept 1, which lacks the fields marked *):
   runner_class            the model runner class that allocated the KV cache
+  phase*                  how far the runner got: entered (initialize_kv_cache called), allocated (KV
+                          tensors allocated and bound, NIXL not yet registered), initialized
+                          (initialize_kv_cache returned), failed (it raised; hooks say what)
+  kv_cache_dtype*         the KV cache dtype in force (cache_config.cache_dtype)
   kv_cache_groups         per group: backend, logical block size (KV manager), kernel block size(s)
+                          in use, and (*) `declared`: per attention backend of the group, what the
+                          engine's own code declares: class, get_supported_kernel_block_sizes(spec)
+                          as [{"int": n} | {"multiple_of": n} | {"unknown": repr}],
+                          supported_kv_cache_dtypes, is_mla
   num_blocks              logical blocks of the KV manager
   manager_views           KV tensors as allocated for the manager / KV connectors (shape, dtype,
                           strides, bytes, grain: logical | kernel | same | unknown)
   kernel_views            the views bound to attention layers (what the kernel pages through)
   nixl                    what NixlConnector registered: block_size (tokens per registered block),
                           num_blocks, physical blocks per logical block, block_len_per_layer (bytes),
-                          num_regions, num_descs; remote engines' block sizes and ratio mapping
+                          num_regions, num_descs; remote engines' block sizes and ratio mapping;
+                          (*) input_views: the tensors handed to register_kv_caches, recorded on entry
   transfers               the first transfers read on this side: local and remote block ids
 
-Hook points (vLLM 0.32/0.33 names):
+Hook points (vLLM 0.32/0.33 names; pinned by tests/source/test_source_layout_probe.py):
   vllm.v1.worker.gpu_model_runner.GPUModelRunner.initialize_kv_cache (V1; the CPU runner inherits it)
+      and .initialize_kv_cache_tensors (allocation; NIXL registers after it, inside initialize_kv_cache)
   vllm.v1.worker.gpu.model_runner.GPUModelRunner.initialize_kv_cache (Model Runner V2)
   vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_worker.NixlBaseConnectorWorker
       .register_kv_caches, .add_remote_agent
@@ -39,6 +51,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -46,7 +59,7 @@ LAYOUT_DIR_ENV = "CANARY_LAYOUT_DIR"
 LOG_PREFIX = "canary-layout-probe: "
 """Each update is also printed to stderr as one line with this prefix: a target that only has the
 engine's log (Kubernetes) reads the record from there (canary.targets.base.layouts_from_log)."""
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MAX_TRANSFERS = 8
 MAX_IDS = 64
 MAX_TENSORS = 4
@@ -75,6 +88,8 @@ class Recorder:
         self.directory = directory
         self.lock = threading.Lock()
         self.record: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "pid": os.getpid(), "hooks": {}}
+        self.profiling: set[int] = set()
+        """ids of runners inside a profile run of initialize_kv_cache (nothing is recorded for those)."""
         try:
             from importlib.metadata import version
 
@@ -168,33 +183,130 @@ def _views(named: list[tuple[str, Any]], num_blocks: int, logical: int, kernel: 
     return out
 
 
-def _backend_name(group: Any) -> str:
-    backend = getattr(group, "backend", None)
+def _class_name(backend: Any) -> str:
+    """A backend class's vLLM name (CPU_ATTN, FLASHINFER, ...)."""
     try:
         return str(backend.get_name()) if backend is not None else "unknown"
     except Exception:
         return getattr(backend, "__name__", "unknown")
 
 
-def record_runner(recorder: Recorder, runner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """After initialize_kv_cache: groups, kernel blocks, manager and kernel views."""
-    config = getattr(runner, "kv_cache_config", None) or (args[0] if args else kwargs.get("kv_cache_config"))
-    if kwargs.get("is_profiling") or (len(args) > 1 and args[1] is True):
+def _backend_name(group: Any) -> str:
+    return _class_name(getattr(group, "backend", None))
+
+
+def size_facts(size: Any) -> dict[str, Any]:
+    """One entry of get_supported_kernel_block_sizes: an int, or MultipleOf(n) (an object with `base`)."""
+    if isinstance(size, int) and not isinstance(size, bool):
+        return {"int": int(size)}
+    base = getattr(size, "base", None)
+    if isinstance(base, int) and not isinstance(base, bool):
+        return {"multiple_of": int(base)}
+    return {"unknown": repr(size)[:80]}
+
+
+def declared_facts(backend: Any, spec: Any) -> dict[str, Any]:
+    """What one attention backend class declares about itself (class attributes and static methods only)."""
+    facts: dict[str, Any] = {
+        "backend": _class_name(backend),
+        "class": f"{getattr(backend, '__module__', '?')}.{getattr(backend, '__qualname__', '?')}",
+    }
+    method = getattr(backend, "get_supported_kernel_block_sizes", None)
+    if method is None:
+        facts["kernel_block_sizes_error"] = "missing: no get_supported_kernel_block_sizes in this vLLM"
+    else:
+        try:
+            try:
+                sizes = method(spec)
+            except TypeError:  # before vLLM took the spec (0.32 and 0.33 do)
+                sizes = method()
+            facts["kernel_block_sizes"] = [size_facts(s) for s in list(sizes)[:16]]
+        except Exception as exc:
+            facts["kernel_block_sizes_error"] = f"error: {type(exc).__name__}: {exc}"[:300]
+    dtypes = getattr(backend, "supported_kv_cache_dtypes", None)
+    if isinstance(dtypes, list | tuple):
+        facts["kv_cache_dtypes"] = [str(d) for d in dtypes][:32]
+    with contextlib.suppress(Exception):
+        facts["is_mla"] = bool(backend.is_mla())
+    return facts
+
+
+def _declarations(attn_groups: Any) -> list[dict[str, Any]]:
+    """One declaration per distinct backend class among a KV cache group's attention groups."""
+    out: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    for group in attn_groups or []:
+        backend = getattr(group, "backend", None)
+        if backend is None or id(backend) in seen:
+            continue
+        seen.add(id(backend))
+        out.append(declared_facts(backend, getattr(group, "kv_cache_spec", None)))
+    return out[:MAX_TENSORS]
+
+
+def _is_profiling(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """initialize_kv_cache(kv_cache_config, is_profiling=False, ...): a profile run records nothing."""
+    return bool(kwargs.get("is_profiling") or (len(args) > 1 and args[1] is True))
+
+
+def _groups_of(config: Any) -> list[Any]:
+    return list(getattr(config, "kv_cache_groups", None) or [])
+
+
+def record_runner_entry(recorder: Recorder, runner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """On entry to initialize_kv_cache: what its KV cache config already says (logical blocks only)."""
+    if _is_profiling(args, kwargs):
         return
-    kernel_sizes = list(getattr(runner, "_kernel_block_sizes", None) or [])
+    config = args[0] if args else kwargs.get("kv_cache_config")
+    groups: list[dict[str, Any]] = [
+        {
+            "group_id": index,
+            "spec": type(getattr(group, "kv_cache_spec", None)).__name__,
+            "backends": [],
+            "logical_block_size": getattr(getattr(group, "kv_cache_spec", None), "block_size", None),
+            "kernel_block_sizes": [],
+            "num_layers": len(getattr(group, "layer_names", []) or []),
+        }
+        for index, group in enumerate(_groups_of(config))
+    ]
+    recorder.update(
+        runner_class=f"{type(runner).__module__}.{type(runner).__qualname__}",
+        phase="entered",
+        kv_cache_groups=groups,
+        num_blocks=int(getattr(config, "num_blocks", 0) or 0),
+    )
+
+
+def record_runner(recorder: Recorder, runner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """After initialize_kv_cache: groups, declarations, kernel blocks, manager and kernel views."""
+    if _is_profiling(args, kwargs):
+        return
+    record_runner_state(recorder, runner, args, kwargs, "initialized")
+
+
+def record_runner_state(
+    recorder: Recorder, runner: Any, args: tuple[Any, ...], kwargs: dict[str, Any], phase: str
+) -> None:
+    """The runner's KV state as it stands (at allocation, or after initialize_kv_cache returned)."""
+    config = getattr(runner, "kv_cache_config", None) or (args[0] if args else kwargs.get("kv_cache_config"))
+    # V1 keeps the kernel block sizes as _kernel_block_sizes, Model Runner V2 as kernel_block_sizes
+    kernel_sizes = list(
+        getattr(runner, "_kernel_block_sizes", None) or getattr(runner, "kernel_block_sizes", None) or []
+    )
     attn_groups = getattr(runner, "attn_groups", None) or []
     groups: list[dict[str, Any]] = []
-    for index, group in enumerate(getattr(config, "kv_cache_groups", None) or []):
+    for index, group in enumerate(_groups_of(config)):
         spec = getattr(group, "kv_cache_spec", None)
-        backends = sorted({_backend_name(g) for g in attn_groups[index]}) if index < len(attn_groups) else []
+        in_group = attn_groups[index] if index < len(attn_groups) else []
         groups.append(
             {
                 "group_id": index,
                 "spec": type(spec).__name__,
-                "backends": backends,
+                "backends": sorted({_backend_name(g) for g in in_group}),
                 "logical_block_size": getattr(spec, "block_size", None),
                 "kernel_block_sizes": [kernel_sizes[index]] if index < len(kernel_sizes) else [],
                 "num_layers": len(getattr(group, "layer_names", []) or []),
+                "declared": _declarations(in_group),
             }
         )
     num_blocks = int(getattr(config, "num_blocks", 0) or 0)
@@ -202,20 +314,46 @@ def record_runner(recorder: Recorder, runner: Any, args: tuple[Any, ...], kwargs
     kernel = next((g["kernel_block_sizes"][0] for g in groups if g["kernel_block_sizes"]), 0) or 0
     manager = getattr(runner, "_canary_manager_views", None) or {}
     bound = getattr(runner, "kv_caches", None)
-    layer_names = [n for g in getattr(config, "kv_cache_groups", None) or [] for n in g.layer_names]
+    layer_names = [n for g in _groups_of(config) for n in g.layer_names]
     if isinstance(bound, dict):
         kernel_named = list(bound.items())
     elif isinstance(bound, list):
         kernel_named = list(zip(layer_names or [str(i) for i in range(len(bound))], bound, strict=False))
     else:
         kernel_named = []
+    dtype = getattr(getattr(runner, "cache_config", None), "cache_dtype", None)
     recorder.update(
         runner_class=f"{type(runner).__module__}.{type(runner).__qualname__}",
+        phase=phase,
+        kv_cache_dtype=str(dtype) if dtype is not None else None,
         kv_cache_groups=groups,
         num_blocks=num_blocks,
         manager_views=_views(list(manager.items()), num_blocks, logical, kernel),
         kernel_views=_views(kernel_named, num_blocks, logical, kernel),
     )
+
+
+def record_runner_failed(recorder: Recorder, runner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """initialize_kv_cache raised (e.g. inside NIXL registration): keep what was recorded, say so."""
+    del runner
+    if not _is_profiling(args, kwargs):
+        recorder.update(phase="failed")
+
+
+def record_nixl_entry(recorder: Recorder, worker: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """On entry to register_kv_caches: the tensors handed to NIXL, before it computes any region."""
+    del worker
+    caches = args[0] if args else kwargs.get("kv_caches")
+    named = list(caches.items()) if isinstance(caches, dict) else []
+    with recorder.lock:
+        nixl = dict(recorder.record.get("nixl") or {})
+        record = recorder.record
+        groups = [g for g in record.get("kv_cache_groups") or [] if g.get("logical_block_size")]
+        logical = int(groups[0]["logical_block_size"]) if groups else 0
+        kernel = int(groups[0]["kernel_block_sizes"][0]) if groups and groups[0].get("kernel_block_sizes") else 0
+        num_blocks = int(record.get("num_blocks") or 0)
+    nixl["input_views"] = _views(named, num_blocks, logical, kernel)
+    recorder.update(nixl=nixl)
 
 
 def record_nixl_register(recorder: Recorder, worker: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -292,35 +430,64 @@ def record_nixl_read(recorder: Recorder, worker: Any, args: tuple[Any, ...], kwa
     recorder.update(transfers=transfers)
 
 
-RECORDERS: dict[str, Callable[[Recorder, Any, tuple[Any, ...], dict[str, Any]], None]] = {
-    "runner": record_runner,
-    "nixl_register": record_nixl_register,
-    "nixl_remote": record_nixl_remote,
-    "nixl_read": record_nixl_read,
+Record = Callable[[Recorder, Any, tuple[Any, ...], dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What one kind of hook point records: on entry, after return, and when the call raised."""
+
+    after: Record
+    before: Record | None = None
+    failed: Record | None = None
+
+
+KINDS: dict[str, Kind] = {
+    "runner": Kind(after=record_runner, before=record_runner_entry, failed=record_runner_failed),
+    "nixl_register": Kind(after=record_nixl_register, before=record_nixl_entry),
+    "nixl_remote": Kind(after=record_nixl_remote),
+    "nixl_read": Kind(after=record_nixl_read),
 }
 
 
 # --------------------------------------------------------------------------- hooking
 
 
+def _safely(recorder: Recorder, hook: str, record: Record, target: Any, args: Any, kwargs: Any) -> bool:
+    """Run one recorder; a failure inside it is recorded as the hook's status, never raised."""
+    try:
+        record(recorder, target, args, kwargs)
+        return True
+    except Exception as exc:
+        recorder.hook_status(hook, f"error: {type(exc).__name__}: {exc}")
+        return False
+
+
 def _wrap(recorder: Recorder, hook: str, original: Callable[..., Any], kind: str) -> Callable[..., Any]:
-    record = RECORDERS[kind]
+    spec = KINDS[kind]
 
     @functools.wraps(original)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = original(self, *args, **kwargs)
+        if spec.before is not None:
+            _safely(recorder, hook, spec.before, self, args, kwargs)
         try:
-            record(recorder, self, args, kwargs)
+            result = original(self, *args, **kwargs)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                recorder.hook_status(hook, f"raised: {type(exc).__name__}: {exc}"[:500])
+                if spec.failed is not None:
+                    _safely(recorder, hook, spec.failed, self, args, kwargs)
+            raise
+        if _safely(recorder, hook, spec.after, self, args, kwargs):
             recorder.hook_status(hook, "ok")
-        except Exception as exc:
-            recorder.hook_status(hook, f"error: {type(exc).__name__}: {exc}")
         return result
 
     return wrapper
 
 
-def _wrap_tensors(original: Callable[..., Any]) -> Callable[..., Any]:
-    """initialize_kv_cache_tensors: keep the manager views it returns, for the runner record."""
+def _wrap_tensors(recorder: Recorder, hook: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    """initialize_kv_cache_tensors: keep the manager views it returns and record the runner's state
+    right away ("allocated"), before initialize_kv_cache hands the tensors to NIXL."""
 
     @functools.wraps(original)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -328,7 +495,28 @@ def _wrap_tensors(original: Callable[..., Any]) -> Callable[..., Any]:
         if isinstance(result, dict):
             with contextlib.suppress(Exception):
                 self._canary_manager_views = dict(result)
+        if id(self) not in recorder.profiling and _safely(
+            recorder, hook, lambda r, t, a, k: record_runner_state(r, t, a, k, "allocated"), self, args, kwargs
+        ):
+            recorder.hook_status(hook, "ok")
         return result
+
+    return wrapper
+
+
+def _track_profiling(recorder: Recorder, original: Callable[..., Any]) -> Callable[..., Any]:
+    """initialize_kv_cache: note which runner is inside a profile run, for the allocation record."""
+
+    @functools.wraps(original)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        profiling = _is_profiling(args, kwargs)
+        if profiling:
+            recorder.profiling.add(id(self))
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            if profiling:
+                recorder.profiling.discard(id(self))
 
     return wrapper
 
@@ -343,10 +531,16 @@ def install_hooks(recorder: Recorder, module: ModuleType) -> None:
             what = "class" if cls is None else "method"
             recorder.hook_status(hook, f"missing: no {what} {class_name if cls is None else method} in this vLLM")
             continue
-        setattr(cls, method, _wrap(recorder, hook, original, kind))
+        wrapped = _wrap(recorder, hook, original, kind)
+        if kind == "runner":
+            wrapped = _track_profiling(recorder, wrapped)
+        setattr(cls, method, wrapped)
         tensors = getattr(cls, "initialize_kv_cache_tensors", None) if kind == "runner" else None
         if tensors is not None:
-            setattr(cls, "initialize_kv_cache_tensors", _wrap_tensors(tensors))  # noqa: B010
+            tensors_hook = f"{module.__name__}.{class_name}.initialize_kv_cache_tensors"
+            setattr(cls, "initialize_kv_cache_tensors", _wrap_tensors(recorder, tensors_hook, tensors))  # noqa: B010
+            with recorder.lock:
+                recorder.record["hooks"].setdefault(tensors_hook, "installed")
         with recorder.lock:
             recorder.record["hooks"].setdefault(hook, "installed")
 
