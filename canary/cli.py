@@ -1,6 +1,6 @@
 """The `canary` command line: plan, run, render-values, serve-metrics, history, compare, catalog.
 
-Exit codes (EXIT_CODES_HELP, also printed by `canary --help`):
+Exit codes (the table EXIT_CODES below, printed by `canary --help` and docs/reference/exit-codes.md):
 
 - 0: done; for `run`, every cell passed, failed as expected, or did not apply (outcome OK).
 - 1: a cell failed (fail or unexpected-pass: outcome FAILED), `catalog` found a difference from
@@ -24,6 +24,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from rich.console import Console
 from rich.table import Table
@@ -40,12 +41,33 @@ from canary.vllm_source import catalog_check
 
 EXIT_OK, EXIT_FAILED_CELLS, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_BY_OUTCOME: dict[str, int] = {"ok": EXIT_OK, "failed": EXIT_FAILED_CELLS, "inconclusive": EXIT_INCONCLUSIVE}
-EXIT_CODES_HELP = f"""exit codes:
-  {EXIT_OK}    OK: every cell passed, failed as expected, or did not apply
-  {EXIT_FAILED_CELLS}    FAILED: a cell failed (fail, unexpected-pass); catalog: a difference; or a canary error
-  {EXIT_USAGE}    bad arguments or config (named in one line)
-  {EXIT_INCONCLUSIVE}    INCONCLUSIVE: no cell failed, but some could not be measured (invalid, error): rerun
-  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)"""
+
+
+class ExitCode(NamedTuple):
+    """One exit code: its number, its constant here, and the line `canary --help` prints for it."""
+
+    code: int
+    name: str
+    meaning: str
+
+
+EXIT_CODES: tuple[ExitCode, ...] = (
+    ExitCode(EXIT_OK, "EXIT_OK", "OK: every cell passed, failed as expected, or did not apply"),
+    ExitCode(
+        EXIT_FAILED_CELLS,
+        "EXIT_FAILED_CELLS",
+        "FAILED: a cell failed (fail, unexpected-pass); catalog: a difference; or a canary error",
+    ),
+    ExitCode(EXIT_USAGE, "EXIT_USAGE", "bad arguments or config (named in one line)"),
+    ExitCode(
+        EXIT_INCONCLUSIVE,
+        "EXIT_INCONCLUSIVE",
+        "INCONCLUSIVE: no cell failed, but some could not be measured (invalid, error): rerun",
+    ),
+    ExitCode(EXIT_INTERRUPTED, "EXIT_INTERRUPTED", "interrupted (Ctrl-C)"),
+)
+"""The exit codes as a table: `canary --help` and docs/reference/exit-codes.md are rendered from it."""
+EXIT_CODES_HELP = "exit codes:\n" + "\n".join(f"  {e.code:<4} {e.meaning}" for e in EXIT_CODES)
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:

@@ -1,12 +1,13 @@
-"""Generate the config reference (Markdown) from the pydantic models' field descriptions.
+"""Generate the config reference page (Markdown) from the pydantic models' field descriptions.
 
-README.md embeds the output between markers; a test fails when it is stale. Regenerate with
-`python -m canary.config.reference --write README.md`.
+The page is docs/reference/config.md; tests/unit/test_docs.py fails when it is stale. Regenerate with
+`python -m canary.config.reference --write docs/reference/config.md` (or `make docs-generate`).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import types
 import typing
@@ -16,9 +17,11 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from canary.config import CanaryConfig
+from canary.core.atomic import write_atomic
 
-BEGIN = "<!-- config-reference:begin -->"
-END = "<!-- config-reference:end -->"
+PAGE = Path("docs/reference/config.md")
+"""Where the page lives, relative to the repository root."""
+_CODE_SPAN = re.compile(r"(`[^`]*`)")
 
 
 def _type_name(annotation: object) -> str:
@@ -57,6 +60,18 @@ def _default(field: object) -> str:
     return f"`{default!r}`"
 
 
+def _text(text: str) -> str:
+    """Prose for a Markdown table cell: `<` and `>` outside code spans escaped (`<run-id>` is not HTML)."""
+    parts = _CODE_SPAN.split(text)
+    return "".join(part if part.startswith("`") else part.replace("<", "&lt;").replace(">", "&gt;") for part in parts)
+
+
+def _summary(model: type[BaseModel]) -> str:
+    """A model's docstring up to its first blank line, as one line."""
+    paragraph = (model.__doc__ or "").strip().split("\n\n", 1)[0]
+    return " ".join(line.strip() for line in paragraph.splitlines())
+
+
 def render() -> str:
     """Markdown tables, one per model, walking from the root."""
     out: list[str] = []
@@ -67,13 +82,14 @@ def render() -> str:
         if model in seen:
             continue
         seen.add(model)
-        out.append(f"#### `{path}` ({model.__name__})\n")
-        out.append((model.__doc__ or "").strip().splitlines()[0] + "\n")
+        out.append(f"## `{path}` ({model.__name__})\n")
+        out.append(_text(_summary(model)) + "\n")
         out.append("| key | type | default | description |")
         out.append("|---|---|---|---|")
         for name, field in model.model_fields.items():
             annotation = field.annotation
-            out.append(f"| `{name}` | {_type_name(annotation)} | {_default(field)} | {field.description or ''} |")
+            description = _text(field.description or "")
+            out.append(f"| `{name}` | {_type_name(annotation)} | {_default(field)} | {description} |")
             for nested in _nested_models(annotation):
                 child = name if path == "(root)" else f"{path}.{name}"
                 queue.append((child, nested))
@@ -81,24 +97,26 @@ def render() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def embed(readme: str) -> str:
-    """README text with the reference between the markers replaced."""
-    if BEGIN not in readme or END not in readme:
-        raise ValueError(f"README lacks the markers {BEGIN} / {END}")
-    head, rest = readme.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{render()}{END}{tail}"
+def page() -> str:
+    """The whole reference page: a title, where it comes from, and the tables."""
+    head = (
+        "# Config reference\n\n"
+        "Every key of a canary config file, generated from the config models (`canary/config/`) by "
+        f"`python -m canary.config.reference --write {PAGE}`; a test fails when this page is stale. "
+        "How configs are loaded, overridden with `--set` and checked: [Configs](../operations/configs.md).\n\n"
+    )
+    return head + render()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI: print the reference, or --write it into a README."""
+    """CLI: print the reference page, or --write it to a file."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--write", type=Path, help="embed into this README between the markers")
+    parser.add_argument("--write", type=Path, metavar="PATH", help=f"write the page to this file (normally {PAGE})")
     args = parser.parse_args(argv)
     if args.write:
-        args.write.write_text(embed(args.write.read_text(encoding="utf-8")), encoding="utf-8")
+        write_atomic(args.write, page())
     else:
-        sys.stdout.write(render())
+        sys.stdout.write(page())
     return 0
 
 

@@ -45,3 +45,12 @@ def test_a_plain_canary_error_exits_1(monkeypatch: pytest.MonkeyPatch, capsys: p
 def test_the_docstring_names_every_subcommand() -> None:
     first_line = (cli.__doc__ or "").splitlines()[0]
     assert all(command in first_line for command in cli.COMMANDS), first_line
+
+
+def test_the_exit_code_table_holds_every_exit_constant_once() -> None:
+    constants = {name: value for name, value in vars(cli).items() if name.startswith("EXIT_") and type(value) is int}
+    table = {e.name: e.code for e in cli.EXIT_CODES}
+    assert table == constants
+    assert len(set(table.values())) == len(table)
+    for e in cli.EXIT_CODES:  # --help prints each row as the table says
+        assert f"\n  {e.code:<4} {e.meaning}" in cli.build_parser().format_help()

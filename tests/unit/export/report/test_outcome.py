@@ -104,10 +104,12 @@ def test_a_clean_run_is_ok_and_an_interrupted_one_says_so(base: RunResult) -> No
 def test_the_exit_codes_are_documented_where_users_look() -> None:
     helptext = cli.build_parser().format_help()
     readme = (CONFIGS_DIR.parent / "README.md").read_text(encoding="utf-8")
+    reference = (CONFIGS_DIR.parent / "docs" / "reference" / "exit-codes.md").read_text(encoding="utf-8")
     for code in (cli.EXIT_OK, cli.EXIT_FAILED_CELLS, cli.EXIT_USAGE, cli.EXIT_INCONCLUSIVE, cli.EXIT_INTERRUPTED):
         assert f"\n  {code} " in helptext
         assert f"- {code}: " in (cli.__doc__ or "")
-        assert f"**{code}**" in readme
+        assert f"\n| {code} | " in readme
+        assert f"- **{code}**: " in reference
 
 
 # --------------------------------------------------------------------------- the re-measurement loop
