@@ -169,20 +169,16 @@ def router_ref(catalog: ImageCatalog | None = None) -> str:
 
 
 CPU_ENGINE_REPOSITORY = "localhost/vllm-canary-cpu"
-CPU_ENGINE_INPUTS = ("requirements/engine.txt", "docker/vllm-cpu/Dockerfile")
-"""What the CPU engine image is built from: its tag hashes these files."""
+CPU_ENGINE_LOCK = "requirements/engine.txt"
 
 
 def cpu_engine_ref(root: Path = REPO_ROOT) -> str:
-    """The CPU engine image `make images-cpu` builds: localhost/vllm-canary-cpu:<vllm-cpu version>-<inputs hash>."""
-    lock = (root / CPU_ENGINE_INPUTS[0]).read_text(encoding="utf-8")
-    match = re.search(r"^vllm-cpu==(\S+)", lock, re.M)
-    version = match.group(1) if match else "unknown"
-    digest = hashlib.sha256()
-    for name in CPU_ENGINE_INPUTS:
-        path = root / name
-        digest.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"") + b"\0")
-    return f"{CPU_ENGINE_REPOSITORY}:{version}-{digest.hexdigest()[:12]}"
+    """The CPU engine image `make images-cpu` builds (mk/containers.mk names it the same way):
+    localhost/vllm-canary-cpu:<vllm-cpu version>-<sha256 of the engine lock, 12 hex>."""
+    lock = (root / CPU_ENGINE_LOCK).read_bytes()
+    match = re.search(rb"^vllm-cpu==(\S+)", lock, re.M)
+    version = match.group(1).decode() if match else "unknown"
+    return f"{CPU_ENGINE_REPOSITORY}:{version}-{hashlib.sha256(lock).hexdigest()[:12]}"
 
 
 def builds(catalog: ImageCatalog | None = None) -> list[Build]:
