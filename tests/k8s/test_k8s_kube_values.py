@@ -167,3 +167,14 @@ def test_render_values_command_refuses_the_cpu_default() -> None:
     )
     assert result.returncode == 2
     assert "builtin:tiny" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_pull_secrets_of_the_config_reach_the_cells_values() -> None:
+    kube = {"kind": "kubernetes", "kubernetes": {"image_pull_secrets": ["regcred", "mirror.pull"]}}
+    config = _config(target=kube)
+    values = render_values(config, list(plan(config).planned()))
+    assert values["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror.pull"}]
+    plain = _config()
+    assert "imagePullSecrets" not in render_values(plain, list(plan(plain).planned()))  # the chart's stand
+    with pytest.raises(ConfigError, match=r"target\.kubernetes\.image_pull_secrets\.0"):
+        _config(target={"kind": "kubernetes", "kubernetes": {"image_pull_secrets": ["Reg_Cred"]}})
