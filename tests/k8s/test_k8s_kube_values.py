@@ -77,7 +77,11 @@ def test_patched_images_get_the_series_hash_and_the_router_its_own_image() -> No
 
 
 def test_an_image_with_patches_nothing_builds_is_refused() -> None:
-    config = _config(images={"candidate": {"ref": "ghcr.io/x/vllm-patched:1", "patches": "docker/patches/series"}})
+    """Loading refuses it (plan, run and render-values alike); a config built in code meets render_values."""
+    images = {"candidate": {"ref": "ghcr.io/x/vllm-patched:1", "patches": "docker/patches/series"}}
+    with pytest.raises(ConfigError, match=r"images\.candidate\.ref: 'ghcr.io/x/vllm-patched:1' carries patches"):
+        _config(images=images)
+    config = CanaryConfig.model_validate({**copy.deepcopy(BASE), "images": images})
     with pytest.raises(KubeValuesError, match=r"images\.candidate") as caught:
         render_values(config, list(plan(config).planned()))
     assert "is not a ghcr.io/vllm-canary" in str(caught.value)

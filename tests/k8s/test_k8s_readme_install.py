@@ -112,8 +112,13 @@ def test_the_documented_wave_preview_pulls_every_cell_with_the_secret(tmp_path: 
     (values_cmd,) = [argv for argv in documented if argv[:2] == ["canary", "render-values"]]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-m", "canary", *values_cmd[1:]], cwd=REPO, env=env, capture_output=True, text=True,
-        timeout=120, check=False,
+        [sys.executable, "-m", "canary", *values_cmd[1:]],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     (preview,) = [argv for argv in documented if argv[:2] == ["helm", "template"]]
