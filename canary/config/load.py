@@ -23,10 +23,10 @@ from canary.config.root import RefError
 from canary.core.yaml_model import read_yaml, validation_error
 from canary.errors import ConfigError
 from canary.images.patchseries import SeriesError, read_series
-from canary.images.table import find_series
+from canary.images.table import check_image, find_series
 from canary.model.ref import is_builtin, unknown_builtin
 
-UNKNOWN_CONFIG_KEY_HINT = "check the spelling; see the config reference in README.md"
+UNKNOWN_CONFIG_KEY_HINT = "check the spelling; see the config reference in docs/reference/config.md"
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -121,7 +121,8 @@ def blame_overrides(error: ConfigError, overrides: list[str]) -> ConfigError:
 
 
 def validate_references(config: CanaryConfig, source: str) -> None:
-    """What the config points at must be there: a builtin model this project builds, a patch series file."""
+    """What the config points at must be there: a builtin model this project builds, a patch series file (and,
+    for a cluster, the patched image `make images` builds from it)."""
     for index, model in enumerate(config.models):
         if is_builtin(model.source):
             why = unknown_builtin(model.source)
@@ -142,6 +143,10 @@ def validate_references(config: CanaryConfig, source: str) -> None:
             read_series(series)
         except SeriesError as exc:
             raise ConfigError(source, f"images.{key}.patches", str(exc)) from None
+        if config.target.kind == "kubernetes":  # a cluster pulls the patched ref: `make images` must build it
+            problem = check_image(image.ref, image.patches)
+            if problem:
+                raise ConfigError(source, f"images.{key}.ref", problem)
 
 
 def validate_against_catalog(config: CanaryConfig, catalog: Catalog, source: str) -> None:

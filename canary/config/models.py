@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from canary.config.base import PositiveInt, Probability, Strict
 
@@ -82,6 +82,16 @@ class ImageSpec(Strict):
                 f"ref {given!r} is not the image of base {base!r} + patches {patches!r}: that is {derived}"
             )
         return {**data, "ref": derived}
+
+    @field_validator("ref")
+    @classmethod
+    def _ref_reads_as_an_image(cls, ref: str) -> str:
+        from canary.images.table import ref_problem
+
+        problem = ref_problem(ref)
+        if problem:
+            raise ValueError(problem)
+        return ref
 
     kernel_block_sizes: dict[str, list[PositiveInt]] = Field(
         default_factory=dict,

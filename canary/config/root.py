@@ -79,6 +79,21 @@ class CanaryConfig(Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _cluster_images_are_pullable(self) -> CanaryConfig:
+        if self.target.kind != "kubernetes":
+            return self
+        from canary.images.table import is_image_reference
+
+        for key, image in self.images.items():
+            if not is_image_reference(image.ref):
+                raise RefError(
+                    f"images.{key}.ref",
+                    f"{image.ref!r} is a pip requirement, which only the local target installs; a cluster pulls "
+                    "a container image: give a reference like registry.example.com/me/vllm:0.33.0-mypatch",
+                )
+        return self
+
     @property
     def baseline(self) -> str:
         """The baseline image key."""

@@ -10,6 +10,14 @@ from canary.config.base import PositiveInt, Strict, Topology
 from canary.config.matrix import CellMatch
 
 NonNegativeInt = Annotated[int, Field(ge=0)]
+SecretName = Annotated[
+    str,
+    Field(
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+        description="A Kubernetes Secret name (DNS-1123 subdomain).",
+    ),
+]
 
 
 class LocalTargetConfig(Strict):
@@ -208,6 +216,11 @@ class KubernetesTargetConfig(Strict):
     chart: str = Field("helm/vllm-pd", description="The vllm-pd chart the waves are rendered from (gpu_budget).")
     chart_values: list[str] = Field(
         default_factory=list, description="Values files for the chart (GPU resources, node selectors, model cache)."
+    )
+    image_pull_secrets: list[SecretName] = Field(
+        default_factory=list,
+        description="Secrets (in `namespace`) the engine and router pods pull their images with, e.g. [regcred]: "
+        "rendered as the vllm-pd chart's imagePullSecrets (the controller pod's: helm/canary imagePullSecrets).",
     )
     rotation: RotationConfig = Field(default_factory=RotationConfig, description="Rolling coverage.")
     nixl: NixlTransportConfig = Field(

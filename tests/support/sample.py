@@ -102,7 +102,13 @@ def _startup(cell: Cell, seconds: float) -> CheckResult:
         verdict="pass",
         summary=f"ready in {seconds:.1f} s; CPU_ATTN, block {cell.block_label} verified live",
         metrics={"ready_s_total": seconds, **{f"ready_s_{role}": seconds - 1.5 for role in roles}},
-        evidence={"live_config": {"backend": "CPU_ATTN", "block_size": cell.prefill_block_size}},
+        evidence={
+            "live_config": {"backend": "CPU_ATTN", "block_size": cell.prefill_block_size},
+            "image_facts": {
+                role: {"ref": cell.image_ref_for(role), "digest": "sha256:" + "ab" * 32, "vllm_version": "0.32.0"}
+                for role in roles
+            },
+        },
         duration_s=seconds,
     )
 

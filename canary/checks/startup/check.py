@@ -15,6 +15,8 @@
   the layout gates against it (layout.py), not against the plan's kernel (catalog / config).
   Anything that differs from the cell fails the check: that is how a silent fallback (FLASH_ATTN ->
   CPU_ATTN, Model Runner V2 -> V1 on CPU) is caught.
+- A serving cell records what each engine says about its image (evidence["image_facts"]: ref, digest,
+  the vLLM version from GET /version; canary/checks/startup/image_facts.py).
 - Missing evidence is unknown, never a default: a log that holds no startup record (it does not
   reach the KV cache allocation line, e.g. a tail that access lines pushed the start out of) says
   nothing about the runner or the backend, and the check is `invalid` (it cannot judge). Only a
@@ -39,6 +41,7 @@ from typing import Any
 
 from canary.checks.base import CheckContext, register
 from canary.checks.startup import phases as startup_phases
+from canary.checks.startup.image_facts import image_facts
 from canary.checks.startup.layout import has_declaration, judge_layouts, summarize
 from canary.config import StartupCheckConfig
 from canary.core import metric_keys as keys
@@ -351,7 +354,7 @@ def startup_check(ctx: CheckContext) -> CheckResult:
             evidence={"failure_class": None, "serving": False, "probe": ready.detail},
         )
     start_phases = _phases(deployment)
-    evidence: dict[str, object] = {"failure_class": None, "serving": True}
+    evidence: dict[str, object] = {"failure_class": None, "serving": True, "image_facts": image_facts(deployment)}
     if start_phases:
         evidence["start_phases"] = start_phases
     if not ctx.config.checks.startup.verify_live_config:

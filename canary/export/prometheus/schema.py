@@ -202,7 +202,7 @@ PARITY = _cell(
     "Share of a P/D cell's evidence prompts whose greedy tokens equal its aggregated control's (1 = identical).",
     "ratio",
 )
-# KV fidelity (canary/checks/parity/check.py, README "Parity: KV fidelity against the engine's own noise"):
+# KV fidelity (canary/checks/parity/check.py, docs/methodology/parity.md):
 # per cell, never per prompt (prompt ids and text stay in results.json).
 PARITY_KL_MAX = _cell(
     "parity_kl_max_nats",
@@ -594,7 +594,7 @@ def exposition(run: RunResult) -> bytes:
 
 
 def metrics_markdown() -> str:
-    """The metric reference as a Markdown table, for the README."""
+    """The metric reference as a Markdown table, for docs/reference/metrics.md."""
     sources = {m.spec.name: f"`{m.check}`: `{m.key}`" for m in CHECK_METRICS}
     sources[CELL_LAST_CHECKED.name] = "rotation state"
     for m in CHECK_METRICS:

@@ -75,6 +75,42 @@ def _details(run: RunResult) -> list[str]:
     return [*lines, ""]
 
 
+DIGEST_SHOWN = 12
+"""Hex digits of an image digest shown in summary.md."""
+
+
+def image_line(facts: object) -> str | None:
+    """`image: <ref> (vLLM 0.32.0, sha256:abc…)` from the startup check's evidence["image_facts"]; roles that
+    run the same facts share one entry, others are named (a mixed cell: `prefill ...; decode ...`)."""
+    if not isinstance(facts, dict) or not facts:
+        return None
+    by_text: dict[str, list[str]] = {}
+    for role, fact in facts.items():
+        if not isinstance(fact, dict):
+            continue
+        known = [f"vLLM {fact['vllm_version']}" if fact.get("vllm_version") else "vLLM version unknown"]
+        digest = fact.get("digest")
+        if isinstance(digest, str) and digest:
+            algorithm, _, hexdigits = digest.partition(":")
+            known.append(f"{algorithm}:{hexdigits[:DIGEST_SHOWN]}…" if hexdigits else digest[:DIGEST_SHOWN])
+        by_text.setdefault(f"`{fact.get('ref')}` ({', '.join(known)})", []).append(str(role))
+    if not by_text:
+        return None
+    if len(by_text) == 1:
+        return "image: " + next(iter(by_text))
+    return "image: " + "; ".join(f"{'/'.join(roles)} {text}" for text, roles in by_text.items())
+
+
+def _images(run: RunResult) -> list[str]:
+    lines = []
+    for result in run.cells:
+        startup = result.check("startup")
+        line = image_line(startup.evidence.get("image_facts")) if startup is not None else None
+        if line:
+            lines.append(f"- `{result.cell.id}`: {_escape(line)}")
+    return [*lines, ""] if lines else []
+
+
 def text_sparkline(points: list[Spark]) -> str:
     """'▁▃▅█·▇': the judged values in eight levels, '·' where a value is not comparable."""
     judged = [p.value for p in points if p.judged]
@@ -185,6 +221,9 @@ def render(run: RunResult, trends: Trends | None = None) -> str:
     for section in sections(run):
         lines += _grid(section)
     lines += ["## Cells", "", *_details(run)]
+    images = _images(run)
+    if images:
+        lines += ["## Images", "", *images]
     lines += ["## Changes", "", *_changes(run, trends)]
     failures = _failures(run)
     if failures:

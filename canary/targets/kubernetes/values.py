@@ -1,11 +1,14 @@
 """Turn the planned cells of a matrix config into values of the helm/vllm-pd chart.
 
-`canary render-values CONFIG -o values.yaml` calls `render_values`. The output sets only what the
-matrix decides (the run id, the cells, the router image, and for P/D cells the placement of prefill
-and decode and NIXL's UCX_TLS, from target.kubernetes.nixl); cluster settings (GPUs, node
-selectors, RDMA, the model cache) stay in the chart's values or another `-f` file.
+`canary render-values CONFIG -o values.yaml` calls `render_values`; the controller's waves
+(canary.targets.kubernetes.waves) call it per wave. The output sets only what the config decides (the
+run id, the cells, the router image, the pods' imagePullSecrets from target.kubernetes.image_pull_secrets,
+and for P/D cells the placement of prefill and decode and NIXL's UCX_TLS, from target.kubernetes.nixl);
+cluster settings (GPUs, node selectors, RDMA, the model cache) stay in the chart's values or another
+`-f` file.
 
-Every image a planned cell runs must be one `make images` builds or upstream publishes
+Every image a planned cell runs must be a container reference (any registry, tag or digest: the user's own
+image is an image under test), and a patched one the ref `make images` builds from its series
 (canary.images.table.check_image); a patched cell carries its series hash (canary.images.patchseries), the
 label of the image built from the same series. The router runs its own image (router_image).
 """
@@ -111,7 +114,7 @@ def router_image() -> str:
 
 
 def _check_images(config: CanaryConfig, keys: set[str], config_dir: Path | None) -> None:
-    """Every image the planned cells run is built by `make images` or published upstream."""
+    """Every image the planned cells run is a container reference; a patched one is built by `make images`."""
     for key in sorted(keys):
         spec = config.images[key]
         try:
@@ -157,4 +160,7 @@ def render_values(
     }
     if any(cell.topology == "pd-nixl" for cell in planned):
         values["router"] = {"image": router_image()}
+    secrets = config.target.kubernetes.image_pull_secrets
+    if secrets:  # none given: the chart's own (or a chart_values file's) imagePullSecrets stand
+        values["imagePullSecrets"] = [{"name": name} for name in secrets]
     return values

@@ -61,6 +61,13 @@ itself, wave by wave (a writer Role, the rotation state volume, the vllm-pd valu
 {{- end -}}
 
 {{/*
+The claim that holds /results (results.persistence): the given one, else the chart's.
+*/}}
+{{- define "canary.resultsClaim" -}}
+{{- .Values.results.persistence.existingClaim | default (printf "%s-results" (include "canary.fullname" .)) -}}
+{{- end -}}
+
+{{/*
 The controller pod template (CronJob and one-shot Job).
 */}}
 {{- define "canary.podTemplate" -}}
@@ -146,9 +153,14 @@ spec:
         - name: config
           mountPath: /etc/canary
           readOnly: true
+        {{- if .Values.results.persistence.enabled }}
+        - name: results
+          mountPath: /results
+        {{- else }}
         - name: scratch
           mountPath: /results
           subPath: results
+        {{- end }}
         - name: scratch
           mountPath: /tmp
           subPath: tmp
@@ -166,6 +178,12 @@ spec:
     - name: scratch
       emptyDir:
         sizeLimit: {{ .Values.scratchSize }}
+    {{- if .Values.results.persistence.enabled }}
+    # Results and the run history (export.history.path, relative to /results) outlive the Job.
+    - name: results
+      persistentVolumeClaim:
+        claimName: {{ include "canary.resultsClaim" . }}
+    {{- end }}
     {{- if include "canary.plan.waves" . }}
     # The rotation state (each cell's last check) must outlive the Job.
     - name: state

@@ -101,6 +101,19 @@ REFUSED: list[tuple[str, Mutation, str, str]] = [
         "images.kernel32.patches",
         "not found",
     ),
+    (
+        "image ref with an uppercase repository",
+        _set("images.baseline.ref", "ghcr.io/Me/vllm:1"),
+        "images.baseline.ref",
+        "neither a container image reference",
+    ),
+    ("image ref with a space", _set("images.baseline.ref", "my image:1"), "images.baseline.ref", "no spaces"),
+    (
+        "image ref with a bad digest",
+        _set("images.baseline.ref", "ghcr.io/me/vllm@sha256:abc"),
+        "images.baseline.ref",
+        "@sha256:<64 hex>",
+    ),
     ("patch series naming a missing patch", _series_missing_its_patch, "images.kernel32.patches", "does not exist"),
     (
         "aggregated include with two block sizes",

