@@ -72,6 +72,7 @@ canary: venv ## run the embedded default matrix on this machine (installs only w
 	$(VENV)/bin/canary run $(CONFIG) $(CANARY_ARGS)
 
 canary-installs: $(foreach word,$(CANARY_NEEDS),$(CANARY_NEEDS_$(word)))
+	@:
 
 plan: venv ## print the default matrix plan
 	$(VENV)/bin/canary plan $(CONFIG)

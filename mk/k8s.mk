@@ -149,5 +149,5 @@ chart-files: ## copy alerts and dashboards into helm/canary/files, the layout pr
 	mkdir -p helm/vllm-pd/files
 	cp canary/targets/engine_site/layout_probe.py helm/vllm-pd/files/layout_probe.py
 
-test-k8s: venv k8s-tools ## chart, image and Kubernetes-target tests only
+test-k8s: venv-dev k8s-tools ## chart, image and Kubernetes-target tests only
 	$(PY) -m pytest tests/k8s tests/images $(PYTEST_ARGS)
