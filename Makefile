@@ -29,12 +29,13 @@ help: ## list the targets
 # .cache/logs/<step>.log, the log's tail on failure. A step whose stamp is current prints nothing.
 STEP := mk/step.sh
 
-# The runtime lock (requirements/controller.txt, all the controller image gets) and the canary itself:
-# all `make canary` needs.
+# The runtime lock (requirements/controller.txt, all the controller image gets) and the canary itself
+# (editable; the venv's setuptools 65 needs dev.txt's wheel pin for that): all `make canary` needs.
 $(VENV)/.installed: requirements/controller.txt pyproject.toml
 	@$(STEP) venv "controller venv ($(VENV)): runtime lock" '\
 	  test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV); \
 	  $(PY) -m pip install -r requirements/controller.txt; \
+	  $(PY) -m pip install "$$(grep -m1 "^wheel==" requirements/dev.txt)"; \
 	  $(PY) -m pip install --no-deps --no-build-isolation -e .'
 	@touch $@
 
