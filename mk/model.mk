@@ -21,8 +21,13 @@ SETUP_EXTRA += model
 
 .PHONY: model model-path
 
-model: engine-venv ## build (or reuse) the tiny model; prints its directory last
-	$(MODEL_ENV) $(ENGINE_PY) -m canary.model.build --out-root $(MODEL_ROOT) --seed $(MODEL_SEED) --link $(MODEL_NAME)
+# Nothing to do (and nothing printed) when the content-addressed directory is complete and
+# $(MODEL_ROOT)/$(MODEL_NAME) points at it; else a timed, logged build (mk/step.sh, STEP).
+model: engine-venv ## build (or reuse) the tiny model into $(MODEL_ROOT)/$(MODEL_NAME)
+	@dir="$$($(MODEL_ENV) $(PYTHON_BOOT) -m canary.model.params --out-root $(MODEL_ROOT) --seed $(MODEL_SEED))" \
+	  && [ "$$(readlink -f $(MODEL_ROOT)/$(MODEL_NAME))" = "$$dir" ] \
+	  || $(STEP) model "tiny model ($(MODEL_ROOT)/$(MODEL_NAME))" \
+	       '$(MODEL_ENV) $(ENGINE_PY) -m canary.model.build --out-root $(MODEL_ROOT) --seed $(MODEL_SEED) --link $(MODEL_NAME)'
 
 model-path: ## print the tiny model's directory (exit 1 if not built yet)
 	@$(MODEL_ENV) $(PYTHON_BOOT) -m canary.model.params --out-root $(MODEL_ROOT) --seed $(MODEL_SEED)

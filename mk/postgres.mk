@@ -17,7 +17,6 @@ export PG_BINDIR
 
 PG_PACKAGES := postgresql
 PG_STAMP := $(TOOLS)/postgres.stamp
-PG_APT_SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 SETUP_EXTRA += postgres-tools
 
@@ -28,30 +27,22 @@ postgres-tools: $(PG_STAMP) ## PostgreSQL server binaries for the history tests 
 # Rebuilt when the binaries have gone (e.g. a fresh container).
 $(PG_STAMP): $(if $(wildcard $(PG_BINDIR)/initdb),,PG_FORCE)
 	@mkdir -p $(dir $@)
-	@if ls /usr/lib/postgresql/*/bin/initdb > /dev/null 2>&1; then \
-	  echo "== postgresql already installed"; \
-	else \
-	  echo "== apt-get install $(PG_PACKAGES) (~30 s)"; \
-	  if ! apt-cache show $(PG_PACKAGES) > /dev/null 2>&1; then \
-	    echo "== apt-get update (apt does not know $(PG_PACKAGES) yet)"; \
-	    $(PG_APT_SUDO) apt-get update -qq; \
+	@$(STEP) postgres-tools "PostgreSQL server (apt: $(PG_PACKAGES))" '\
+	  if ls /usr/lib/postgresql/*/bin/initdb > /dev/null 2>&1; then \
+	    echo "already installed"; \
+	  else \
+	    mk/apt-install.sh $(PG_PACKAGES); \
 	  fi; \
-	  DEBIAN_FRONTEND=noninteractive $(PG_APT_SUDO) apt-get install -y -qq --no-install-recommends $(PG_PACKAGES) > /dev/null \
-	  || { echo "== apt-get update (install failed: package lists out of date?) and retry"; \
-	       $(PG_APT_SUDO) apt-get update -qq && \
-	       DEBIAN_FRONTEND=noninteractive $(PG_APT_SUDO) apt-get install -y -qq --no-install-recommends $(PG_PACKAGES) > /dev/null; }; \
-	fi
-	@bindir=$$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1); \
+	  bindir=$$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1); \
 	  for bin in initdb pg_ctl postgres; do \
-	    test -x $$bindir/$$bin || { echo "$@: $$bindir/$$bin missing after install" >&2; exit 1; }; \
+	    test -x $$bindir/$$bin || { echo "$$bindir/$$bin missing after install" >&2; exit 1; }; \
 	  done; \
-	  $$bindir/postgres --version > $@.tmp
+	  $$bindir/postgres --version > $@.tmp'
 	@mv $@.tmp $@
-	@cat $@
 
 PG_FORCE:
 
-test-history: venv postgres-tools ## history tests: real PostgreSQL (tests/history) + SQLite and statistics
+test-history: venv-dev postgres-tools ## history tests: real PostgreSQL (tests/history) + SQLite and statistics
 	$(PY) -m pytest tests/history tests/unit/export/history $(PYTEST_ARGS)
 
 # Cost of history queries at 100k metric rows, SQLite and PostgreSQL (tests/bench/history_bench.py):
@@ -60,5 +51,5 @@ HISTORY_BENCH_ARGS ?=
 
 .PHONY: bench-history
 
-bench-history: venv postgres-tools ## history benchmark at 100k rows (results/bench/history-bench-*.json + table)
+bench-history: venv-dev postgres-tools ## history benchmark at 100k rows (results/bench/history-bench-*.json + table)
 	$(PY) tests/bench/history_bench.py --rows 100000 --out $(BENCH_OUT) $(HISTORY_BENCH_ARGS)

@@ -21,8 +21,6 @@ export PROMETHEUS_BIN PROMTOOL_BIN PUSHGATEWAY_BIN
 
 PROM_PACKAGES := prometheus prometheus-pushgateway
 PROM_STAMP := $(TOOLS)/prometheus.stamp
-# root installs directly; anyone else needs sudo.
-APT_SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 SETUP_EXTRA += prometheus-tools
 
@@ -33,33 +31,25 @@ prometheus-tools: $(PROM_STAMP) ## Prometheus, promtool, Pushgateway (Debian pac
 # The stamp records the versions; it is rebuilt when a binary has gone (e.g. a fresh container).
 $(PROM_STAMP): $(if $(wildcard $(PROMETHEUS_BIN)),,PROM_FORCE) $(if $(wildcard $(PROMTOOL_BIN)),,PROM_FORCE) $(if $(wildcard $(PUSHGATEWAY_BIN)),,PROM_FORCE)
 	@mkdir -p $(dir $@)
-	@if [ -x "$(PROMETHEUS_BIN)" ] && [ -x "$(PROMTOOL_BIN)" ] && [ -x "$(PUSHGATEWAY_BIN)" ]; then \
-	  echo "== prometheus tools already installed"; \
-	else \
-	  echo "== apt-get install $(PROM_PACKAGES) (~20 s)"; \
-	  if ! apt-cache show $(PROM_PACKAGES) > /dev/null 2>&1; then \
-	    echo "== apt-get update (apt does not know $(PROM_PACKAGES) yet)"; \
-	    $(APT_SUDO) apt-get update -qq; \
+	@$(STEP) prometheus-tools "Prometheus, promtool, Pushgateway (apt: $(PROM_PACKAGES))" '\
+	  if [ -x "$(PROMETHEUS_BIN)" ] && [ -x "$(PROMTOOL_BIN)" ] && [ -x "$(PUSHGATEWAY_BIN)" ]; then \
+	    echo "already installed"; \
+	  else \
+	    mk/apt-install.sh $(PROM_PACKAGES); \
 	  fi; \
-	  DEBIAN_FRONTEND=noninteractive $(APT_SUDO) apt-get install -y -qq --no-install-recommends $(PROM_PACKAGES) > /dev/null \
-	  || { echo "== apt-get update (install failed: package lists out of date?) and retry"; \
-	       $(APT_SUDO) apt-get update -qq && \
-	       DEBIAN_FRONTEND=noninteractive $(APT_SUDO) apt-get install -y -qq --no-install-recommends $(PROM_PACKAGES) > /dev/null; }; \
-	fi
-	@for bin in $(PROMETHEUS_BIN) $(PROMTOOL_BIN) $(PUSHGATEWAY_BIN); do \
-	  test -x $$bin || { echo "$@: $$bin missing after install" >&2; exit 1; }; \
-	done
-	@{ $(PROMETHEUS_BIN) --version 2>&1 | head -1; $(PUSHGATEWAY_BIN) --version 2>&1 | head -1; } > $@.tmp
+	  for bin in $(PROMETHEUS_BIN) $(PROMTOOL_BIN) $(PUSHGATEWAY_BIN); do \
+	    test -x $$bin || { echo "$$bin missing after install" >&2; exit 1; }; \
+	  done; \
+	  { $(PROMETHEUS_BIN) --version 2>&1 | head -1; $(PUSHGATEWAY_BIN) --version 2>&1 | head -1; } > $@.tmp'
 	@mv $@.tmp $@
-	@cat $@
 
 .PHONY: PROM_FORCE
 PROM_FORCE:
 
-test-prometheus: venv prometheus-tools ## integration tests against real Prometheus + Pushgateway
+test-prometheus: venv-dev prometheus-tools ## integration tests against real Prometheus + Pushgateway
 	$(PY) -m pytest tests/prometheus tests/unit/export/prometheus/test_schema.py tests/unit/export/report $(PYTEST_ARGS)
 
-dashboards: venv ## regenerate configs/dashboards/*.json (commit the result)
+dashboards: venv-dev ## regenerate configs/dashboards/*.json (commit the result)
 	$(PY) -m canary.export.prometheus.dashboards --out configs/dashboards
 
 alerts-check: prometheus-tools ## promtool check rules + test rules on configs/alerts

@@ -1,0 +1,34 @@
+"""`canary needs CONFIG`: what `make canary` installs for a config, decided from the config alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from canary.cli import main, run_needs
+from canary.config.load import load_config
+from canary.paths import REPO_ROOT
+
+
+def test_the_embedded_default_needs_the_engine_and_the_model_only(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["needs", str(REPO_ROOT / "configs/cpu-default.yaml")]) == 0
+    assert capsys.readouterr().out.split() == ["engine", "model"]
+
+
+def test_a_pushgateway_url_in_the_config_or_the_env_adds_pushgateway() -> None:
+    config_path = REPO_ROOT / "configs/cpu-default.yaml"
+    pushed = load_config(config_path, ["export.pushgateway.url=http://127.0.0.1:9091"])
+    assert run_needs(pushed, {}) == ["engine", "model", "pushgateway"]
+    assert "pushgateway" in run_needs(load_config(config_path, []), {"PUSHGATEWAY_URL": "http://127.0.0.1:9091"})
+
+
+def test_an_endpoint_target_needs_nothing_installed() -> None:
+    config = load_config(
+        REPO_ROOT / "configs/cpu-default.yaml",
+        ["target.kind=endpoint", "target.endpoint.url=http://127.0.0.1:8000"],
+    )
+    assert run_needs(config, {}) == []
+
+
+def test_a_missing_config_exits_2_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["needs", "/nonexistent/canary.yaml"]) == 2
+    assert "/nonexistent/canary.yaml" in capsys.readouterr().err
