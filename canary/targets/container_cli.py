@@ -153,24 +153,13 @@ class ContainerCli:
     # ------------------------------------------------------------------ containers
 
     def labelled(self, label: str) -> list[dict[str, str]]:
-        """Containers (running or not) carrying a label `key` or `key=value`: name and labels."""
-        done = self.call("ps", "-a", "--filter", f"label={label}", "--format", "{{json .}}", what="ps")
-        if done.returncode != 0:
-            return []
-        found: list[dict[str, str]] = []
-        for line in done.stdout.splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                names = record.get("Names")
-                name = names[0] if isinstance(names, list) and names else str(names or record.get("Name", ""))
-                labels = record.get("Labels")
-                if isinstance(labels, str):  # docker: "k=v,k2=v2"
-                    labels = dict(item.partition("=")[::2] for item in labels.split(",") if item)
-                found.append({"name": name, **{f"label:{k}": str(v) for k, v in (labels or {}).items()}})
-        return found
+        """Containers (running or not) carrying a label `key` or `key=value`: name and labels.
+
+        podman prints one JSON array for `--format json`, docker one JSON object per line for
+        `--format '{{json .}}'`; both are read. A CLI that cannot list is an error, never "none"."""
+        fmt = "json" if self.flavour == "podman" else "{{json .}}"
+        text = self.check("ps", "-a", "--filter", f"label={label}", "--format", fmt, what="ps")
+        return [_container_record(r) for r in _json_records(text)]
 
     def remove(self, names: Sequence[str], *, stop_timeout_s: float) -> None:
         """Stop (SIGTERM, then SIGKILL after stop_timeout_s) and remove containers; missing ones are fine."""
@@ -187,6 +176,29 @@ class ContainerCli:
         except ValueError:
             return None
         return pid if done.returncode == 0 and pid > 0 else None
+
+
+def _json_records(text: str) -> list[dict[str, Any]]:
+    """Records of a JSON array, or of one JSON object per line."""
+    text = text.strip()
+    if not text:
+        return []
+    try:
+        loaded = json.loads(text)
+    except ValueError:
+        loaded = [json.loads(line) for line in text.splitlines() if line.strip()]
+    items = loaded if isinstance(loaded, list) else [loaded]
+    return [item for item in items if isinstance(item, dict)]
+
+
+def _container_record(record: dict[str, Any]) -> dict[str, str]:
+    """name and `label:<key>` entries of one `ps` record (podman: Names list, Labels map; docker: strings)."""
+    names = record.get("Names")
+    name = names[0] if isinstance(names, list) and names else str(names or record.get("Name", ""))
+    labels = record.get("Labels") or {}
+    if isinstance(labels, str):  # docker: "k=v,k2=v2"
+        labels = dict(item.partition("=")[::2] for item in labels.split(",") if item)
+    return {"name": name, **{f"label:{k}": str(v) for k, v in labels.items()}}
 
 
 def cli_env(flavour: Flavour, environ: Mapping[str, str] | None = None) -> dict[str, str]:

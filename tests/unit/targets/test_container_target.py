@@ -129,3 +129,13 @@ def test_a_missing_cli_is_an_error_that_says_what_to_do(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="not found or not executable") as info:
         find_cli(str(tmp_path / "no-such-podman"))
     assert getattr(info.value, "exit_code", None) == 2
+
+
+def test_ps_records_are_read_from_podman_arrays_and_docker_lines() -> None:
+    from canary.targets.container_cli import _container_record, _json_records
+
+    podman = '[\n {"Names": ["a"], "Labels": {"k": "v"}},\n {"Names": ["b"], "Labels": null}\n]'
+    docker = '{"Names": "c", "Labels": "k=v,x=y"}\n{"Names": "d", "Labels": ""}\n'
+    assert [_container_record(r)["name"] for r in _json_records(podman)] == ["a", "b"]
+    assert _container_record(_json_records(docker)[0]) == {"name": "c", "label:k": "v", "label:x": "y"}
+    assert _json_records("") == []
