@@ -50,7 +50,9 @@ DEFAULT_PODMAN_CONF = {
     "CONTAINERS_CONF": PODMAN_CONF_DIR / "containers.conf",
     "CONTAINERS_STORAGE_CONF": PODMAN_CONF_DIR / "storage.conf",
 }
-QUERY_TIMEOUT_S = 60.0
+QUERY_TIMEOUT_S = 300.0
+"""podman with vfs storage holds its storage lock while it copies a new container's whole image (3.2 GB for
+the CPU engine): a `ps` waits that long on a loaded machine (over 60 s was seen)."""
 PULL_TIMEOUT_S = 1800.0
 BUILD_TIMEOUT_S = 1800.0
 
