@@ -444,4 +444,15 @@ class ContainerTarget(LocalTarget):
         finally:
             for name in names:
                 self._live.pop(name, None)
-            self._stop(deployment, started)
+            try:
+                self._stop(deployment, started)
+            finally:
+                self._remove_owned(deployment.cell)
+
+    def _remove_owned(self, cell: Cell) -> None:
+        """Once the attached clients are gone, nothing creates containers any more: remove whatever of this
+        cell this controller still owns. A client stopped while podman was still creating its container
+        (under vfs, copying the image takes a minute) leaves it `created`, unknown to `stop` by then."""
+        owned = self.cli.labelled(f"{OWNER_LABEL}={owner_id()}")
+        mine = [r["name"] for r in owned if r.get(f"label:{CELL_LABEL}") == cell.k8s_name]
+        self.cli.remove(mine, stop_timeout_s=1)
