@@ -59,7 +59,7 @@ lint: venv ## ruff
 typecheck: venv ## mypy --strict on canary/
 	$(VENV)/bin/mypy --strict canary
 
-test: setup lint typecheck ## lint, type-check, all tests (engines started once per session)
+test: setup lint typecheck $(TEST_EXTRA) ## lint, type-check, all tests (engines started once per session)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: venv lint typecheck ## unit tests only (no engines)
