@@ -15,7 +15,7 @@
 # scratch copy. Any patch that does not apply exactly (no fuzz) fails the whole run, naming it.
 #
 # Parsing and the series hash (sha256 of the lines "<sha256 of patch>  <name>\n" in series order)
-# are canary/patchseries.py's, run with python3: one implementation for the image, the canary and
+# are canary/images/patchseries.py's, run with python3: one implementation for the image, the canary and
 # the overlays.
 set -euo pipefail
 
@@ -39,10 +39,10 @@ done
 series_dir="$(cd "$(dirname "$series")" && pwd)"
 series="$series_dir/$(basename "$series")"  # absolute: the apply loop runs inside TREE
 
-# canary/patchseries.py is the one parser and hash of a series (the rules above); this script only
+# canary/images/patchseries.py is the one parser and hash of a series (the rules above); this script only
 # applies. In the image build it sits at the same place relative to this script.
 here="$(cd "$(dirname "$0")" && pwd)"
-patchseries="${PATCHSERIES_PY:-$here/../canary/patchseries.py}"
+patchseries="${PATCHSERIES_PY:-$here/../canary/images/patchseries.py}"
 [ -f "$patchseries" ] || die "$patchseries not found (set PATCHSERIES_PY)"
 command -v python3 >/dev/null 2>&1 || die "python3 is required (it parses and hashes the series)"
 listing="$(python3 "$patchseries" list "$series")" || exit 1
