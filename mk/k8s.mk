@@ -134,7 +134,7 @@ docker-engine:
 images: docker-engine patch-check images-cpu ## every image: images-cpu plus each patched vLLM image whose upstream base can be pulled
 	@plan="$$($(IMAGES) build-plan)"; \
 	while IFS=$$'\t' read -r ref base release series sha flashinfer nixl; do \
-	  $(BUILD_IMAGE) build --name "vllm-patched-$${ref##*:}" --ref "$$ref" --file docker/vllm-patched/Dockerfile --context . \
+	  $(BUILD_IMAGE) build --name "patched-$${ref##*:}" --ref "$$ref" --file docker/vllm-patched/Dockerfile --context . \
 	    --ignorefile docker/vllm-patched/Dockerfile.dockerignore --host-pip --skip-unpullable \
 	    --base-arg VLLM_BASE_IMAGE --base-default "$$base" --build-arg VLLM_VERSION="$$release" \
 	    --build-arg FLASHINFER_VERSION="$$flashinfer" --build-arg NIXL_VERSION="$$nixl" \
