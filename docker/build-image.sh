@@ -109,7 +109,7 @@ cmd_base() {
     command -v mmdebstrap > /dev/null 2>&1 || die "mmdebstrap is not installed: run make container-tools"
     local sources hash start
     sources="$("$here/base/debian-sources.sh" "$BASE_CODENAME")"
-    hash="$({ echo "base v1 $BASE_CODENAME $BASE_PACKAGES"; echo "$sources"; mmdebstrap --version;
+    hash="$({ echo "base v2 $BASE_CODENAME $BASE_PACKAGES"; echo "$sources"; mmdebstrap --version;
               sha256sum "$here/base/debian-sources.sh" | cut -d' ' -f1; } | sha256sum | cut -d' ' -f1)"
     start=$(date +%s)
     if [ "$(image_label "$ref" "$INPUT_LABEL")" = "$hash" ]; then
@@ -123,11 +123,13 @@ cmd_base() {
     mapfile -t mirrors <<< "$sources"
     run_logged "$logs/$name.log" mmdebstrap --variant=minbase --include="$BASE_PACKAGES" \
         "$BASE_CODENAME" "$tmp/rootfs.tar" "${mirrors[@]}"
+    # label values without spaces: docker's import splits an unquoted LABEL value at blanks
     local importer; importer="$(inspector)"
     run_logged "$logs/$name.import.log" "$importer" import \
         --change "LABEL $INPUT_LABEL=$hash" \
         --change "LABEL org.opencontainers.image.title=vllm-canary-base" \
-        --change "LABEL org.opencontainers.image.description=Debian $BASE_CODENAME minbase with $BASE_PACKAGES (mmdebstrap)" \
+        --change "LABEL dev.vllm.canary.base-suite=$BASE_CODENAME" \
+        --change "LABEL dev.vllm.canary.base-packages=$BASE_PACKAGES" \
         --change "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
         --change "ENV LANG=C.UTF-8" \
         --change 'CMD ["/bin/bash"]' \
