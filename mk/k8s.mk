@@ -8,7 +8,8 @@
 #   make patch-check   every patch series of docker/images.yaml applies, in order, to the sha256-pinned
 #                      sdist of its base release (several releases; sdists cached in .cache/sdist)
 #   make image-tags    the tags `make images` builds (derived: canary/images/table.py, docker/images.yaml)
-#   make images        docker build of every patched vLLM image, the router and the canary (needs Docker)
+#   make images        every image: images-cpu (mk/containers.mk: controller, router, CPU engine)
+#                      and each patched vLLM image, with docker or daemonless buildah, cached
 #   make test-k8s      only the chart, image and Kubernetes-target tests
 #   make chart-files   copy the alert rules and dashboards into helm/canary/files/
 
@@ -115,29 +116,28 @@ image-tags: ## print every tag `make images` builds
 	@$(IMAGES) tags
 	@echo $(CANARY_IMAGE)
 
+# Only where docker is the engine (mk/containers.mk: CONTAINER_ENGINE; naming DOCKER=... asks for it).
 docker-engine:
-	@if ! command -v $(DOCKER) >/dev/null 2>&1 || ! $(DOCKER) info >/dev/null 2>&1; then \
+	@if [ "$(CONTAINER_ENGINE)" = docker ] && { ! command -v $(DOCKER) >/dev/null 2>&1 || ! $(DOCKER) info >/dev/null 2>&1; }; then \
 	  echo "make images: no Docker engine reachable here ('$(DOCKER) info' failed)." >&2; \
-	  echo "  Build on a machine with Docker (see README, Kubernetes); make patch-check and make image-tags run anywhere." >&2; \
+	  echo "  Build without one: make images CONTAINER_ENGINE=buildah (daemonless, mk/containers.mk)." >&2; \
 	  exit 1; \
 	fi
 
 # Each patched image: FROM its release's upstream image, that release's pins, its series (the tag
 # and the series hash label come from canary/images/table.py). Build context: the repository root, kept
-# small by docker/vllm-patched/Dockerfile.dockerignore.
-images: docker-engine patch-check ## build every patched vLLM image, the router and the canary image (needs Docker)
-	plan="$$($(IMAGES) build-plan)"; \
+# small by docker/vllm-patched/Dockerfile.dockerignore. Built with docker or buildah and cached like
+# images-cpu (docker/build-image.sh); an upstream image that cannot be pulled here (no registry, or
+# no CUDA image for this machine) prints a SKIPPED line instead of failing the others.
+images: docker-engine patch-check images-cpu ## every image: images-cpu plus each patched vLLM image whose upstream base can be pulled
+	@plan="$$($(IMAGES) build-plan)"; \
 	while IFS=$$'\t' read -r ref base release series sha flashinfer nixl; do \
-	  $(DOCKER) build -f docker/vllm-patched/Dockerfile \
-	    --build-arg VLLM_BASE_IMAGE="$$base" --build-arg VLLM_VERSION="$$release" \
+	  $(BUILD_IMAGE) build --name "patched-$${ref##*:}" --ref "$$ref" --file docker/vllm-patched/Dockerfile --context . \
+	    --ignorefile docker/vllm-patched/Dockerfile.dockerignore --host-pip --skip-unpullable \
+	    --base-arg VLLM_BASE_IMAGE --base-default "$$base" --build-arg VLLM_VERSION="$$release" \
 	    --build-arg FLASHINFER_VERSION="$$flashinfer" --build-arg NIXL_VERSION="$$nixl" \
-	    --build-arg PATCH_SERIES="$$series" --build-arg PATCH_SERIES_SHA256="$$sha" -t "$$ref" . ; \
+	    --build-arg PATCH_SERIES="$$series" --build-arg PATCH_SERIES_SHA256="$$sha" < /dev/null; \
 	done <<< "$$plan"
-	IFS=$$'\t' read -r ref version <<< "$$($(IMAGES) router-plan)"; \
-	$(DOCKER) build -f docker/vllm-router/Dockerfile --build-arg VLLM_ROUTER_VERSION="$$version" -t "$$ref" docker/vllm-router
-	$(DOCKER) build -f docker/canary/Dockerfile \
-	  --build-arg HELM_WHEEL=$(K8S_HELM_WHEEL) --build-arg HELM_WHEEL_SHA256=$(K8S_HELM_WHEEL_SHA256) \
-	  --build-arg HELM_VERSION=$(K8S_HELM_VERSION) -t $(CANARY_IMAGE) .
 
 chart-files: ## copy alerts and dashboards into helm/canary/files, the layout probe into helm/vllm-pd/files (a chart cannot read outside itself)
 	mkdir -p helm/canary/files/dashboards
