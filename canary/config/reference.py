@@ -6,7 +6,6 @@ The page is docs/reference/config.md; tests/unit/test_docs.py fails when it is s
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import types
@@ -17,7 +16,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from canary.config import CanaryConfig
-from canary.core.atomic import write_atomic
+from canary.core.pages import page_main
 
 PAGE = Path("docs/reference/config.md")
 """Where the page lives, relative to the repository root."""
@@ -110,14 +109,7 @@ def page() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: print the reference page, or --write it to a file."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--write", type=Path, metavar="PATH", help=f"write the page to this file (normally {PAGE})")
-    args = parser.parse_args(argv)
-    if args.write:
-        write_atomic(args.write, page())
-    else:
-        sys.stdout.write(page())
-    return 0
+    return page_main(argv, description=__doc__ or "", page=page, default=PAGE)
 
 
 if __name__ == "__main__":

@@ -79,6 +79,10 @@ class Cell(BaseModel):
         """The image key a role runs (decode may differ in a mixed pair)."""
         return self.decode_image if role == "decode" and self.decode_image is not None else self.image
 
+    def image_keys(self) -> list[str]:
+        """Every image key the cell runs, its own first (a mixed pair's decode image second)."""
+        return list(dict.fromkeys([self.image, self.image_for("decode")]))
+
     def image_ref_for(self, role: str) -> str:
         """The image reference a role runs."""
         return self.decode_image_ref if role == "decode" and self.decode_image_ref is not None else self.image_ref

@@ -120,8 +120,8 @@ class ContainerTarget(LocalTarget):
             return spec.ref
         return self.container.engine_image or cpu_engine_ref()
 
-    def _derived_tag(self, base: str, series: Path) -> tuple[str, str]:
-        base_id = str((self.cli.image_inspect(base) or {}).get("Id", base))
+    @staticmethod
+    def _derived_tag(base: str, base_id: str, series: Path) -> tuple[str, str]:
         digest = hashlib.sha256(f"{base_id}\n{series_hash(read_series(series))}".encode()).hexdigest()
         repository = base.split("@")[0].rsplit(":", 1)[0] if ":" in base.rsplit("/", 1)[-1] else base.split("@")[0]
         return f"{repository}-patched:{digest[:12]}", digest
@@ -161,11 +161,12 @@ class ContainerTarget(LocalTarget):
         """`base` with the series applied inside it, built once per (base image id, series hash)."""
         if not series.is_file():
             raise ContainerError(f"images.{image_key}.patches: series {series} not found")
-        tag, digest = self._derived_tag(base, series)
+        base_record = self.cli.image_inspect(base) or {}
+        tag, digest = self._derived_tag(base, str(base_record.get("Id", base)), series)
         existing = self.cli.image_inspect(tag)
         if existing is not None and (existing.get("Config") or {}).get("Labels", {}).get(SOURCE_HASH_LABEL) == digest:
             return tag
-        user = str(((self.cli.image_inspect(base) or {}).get("Config") or {}).get("User") or "0")
+        user = str((base_record.get("Config") or {}).get("User") or "0")
         with tempfile.TemporaryDirectory(prefix="canary-derive-") as scratch:
             context = Path(scratch)
             shutil.copytree(series.parent, context / "series")
@@ -225,23 +226,23 @@ class ContainerTarget(LocalTarget):
 
     def engine_builds(self, cell: Cell) -> dict[str, EngineBuild]:
         """No venv: the image is the build (its python is CONTAINER_PYTHON in the local plan)."""
-        return {key: EngineBuild(CONTAINER_PYTHON) for key in dict.fromkeys(cell.image_for(r) for r in ENGINE_ROLES)}
+        return {key: EngineBuild(CONTAINER_PYTHON) for key in cell.image_keys()}
 
     def _container_name(self, cell: Cell, role: str) -> str:
         stamp = hashlib.sha256(f"{owner_id()}{time.time_ns()}{cell.id}".encode()).hexdigest()[:8]
         return f"canary-{cell.k8s_name[:40]}-{role}-{stamp}"
 
     def container_plans(
-        self, cell: Cell, local_plans: list[ServerPlan], model_path: str, layout_root: Path | str | None
+        self, cell: Cell, local_plans: list[ServerPlan], model_path: str, images: Mapping[str, str]
     ) -> list[tuple[ServerPlan, str]]:
-        """The local plans as `run` invocations (plan, container name)."""
+        """The local plans as `run` invocations (plan, container name); images: image key -> reference run."""
         model_host = Path(model_path)
         model_in = f"{MODEL_MOUNT}/{model_host.name}" if model_host.is_absolute() else model_path
         out = []
         for plan in local_plans:
             name = self._container_name(cell, plan.role)
             if plan.is_engine:
-                image = self._images.get(cell.image_for(plan.role), f"$IMAGE_OF({cell.image_for(plan.role)})")
+                image = images[cell.image_for(plan.role)]
                 command = [*self.container.engine_command, *plan.argv[1 + len(self.settings.entrypoint) :]]
                 command = [model_in if a == model_path else a for a in command]
                 if self.settings.nice:
@@ -340,16 +341,15 @@ class ContainerTarget(LocalTarget):
         except CanaryError as exc:
             model_path = str(local_model_dir(cell.model_source, self.cache_dir) or cell.model_source)
             notes.append(str(exc))
-        for key in dict.fromkeys(cell.image_for(r) for r in ENGINE_ROLES):
-            self._images.setdefault(key, self.image_ref(key))
+        images = {key: self.image_ref(key) for key in cell.image_keys()}
+        for key in images:
             if self.config.images[key].patches and key not in self.container.images:
                 notes.append(f"image {key!r}: {self.config.images[key].patches} is applied in a derived image of "
                              f"{self.image_ref(key)} (built once, cached)")
         local = self.plan_servers(
             cell, ports, builds=self.engine_builds(cell), model_path=model_path, layout_root="$CELL_LOG_DIR"
         )
-        plans = self.container_plans(cell, local, model_path, "$CELL_LOG_DIR")
-        self._images.clear()
+        plans = self.container_plans(cell, local, model_path, images)
         return {
             "servers": [
                 {"role": p.role, "container": name, "command": " ".join(p.argv), "argv": p.argv}
@@ -368,22 +368,20 @@ class ContainerTarget(LocalTarget):
         """Start the cell's containers; yield the Deployment; remove every container on exit."""
         from canary.core.ports import free_ports
 
-        for key in dict.fromkeys(cell.image_for(r) for r in ENGINE_ROLES):
-            self.resolve_image(key, log_dir)
+        images = {key: self.resolve_image(key, log_dir) for key in cell.image_keys()}
         model_path = resolve_model(cell.model_source, self.cache_dir)
         names = self.port_names(cell)
         ports = dict(zip(names, (str(p) for p in free_ports(len(names), self.settings.host)), strict=True))
         log_dir.mkdir(parents=True, exist_ok=True)
-        layout_root = log_dir.absolute()
         local = self.plan_servers(
-            cell, ports, builds=self.engine_builds(cell), model_path=model_path, layout_root=layout_root
+            cell, ports, builds=self.engine_builds(cell), model_path=model_path, layout_root=log_dir.absolute()
         )
         for plan in local:  # the engine (maybe another uid) writes its layout records here
             if LAYOUT_DIR_ENV in plan.env:
                 layout = Path(plan.env[LAYOUT_DIR_ENV])
                 layout.mkdir(parents=True, exist_ok=True)
                 layout.chmod(0o777)
-        plans = self.container_plans(cell, local, model_path, layout_root)
+        plans = self.container_plans(cell, local, model_path, images)
         layouts = {p.role: Path(p.env[LAYOUT_DIR_ENV]) for p in local if LAYOUT_DIR_ENV in p.env}
         deployment = Deployment(cell=cell, base_url="", served_model=cell.model)
         deployment.evidence["containers"] = {

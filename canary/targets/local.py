@@ -219,7 +219,7 @@ class LocalTarget:
         """The engine build (python, patched overlay) of every image the cell runs; builds overlays."""
         return {
             key: EngineBuild(self.engine_python(key), tuple(str(p) for p in [self.overlay(key)] if p is not None))
-            for key in dict.fromkeys(cell.image_for(role) for role in ENGINE_ROLES)
+            for key in cell.image_keys()
         }
 
     def _model_spec(self, cell: Cell) -> tuple[int, int, list[str]]:
@@ -379,7 +379,7 @@ class LocalTarget:
         ports = {name: f"${name.upper()}_PORT" for name in self.port_names(cell)}
         notes: list[str] = []
         builds: dict[str, EngineBuild] = {}
-        for key in dict.fromkeys(cell.image_for(role) for role in ENGINE_ROLES):
+        for key in cell.image_keys():
             try:
                 python = self.engine_python(key)
             except CanaryError as exc:

@@ -7,11 +7,10 @@ docs/reference/metrics.md; tests/unit/test_docs.py fails when it is stale. Regen
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from canary.core.atomic import write_atomic
+from canary.core.pages import page_main
 from canary.export.prometheus import schema as s
 
 PAGE = Path("docs/reference/metrics.md")
@@ -79,14 +78,7 @@ def page() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: print the reference page, or --write it to a file."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--write", type=Path, metavar="PATH", help=f"write the page to this file (normally {PAGE})")
-    args = parser.parse_args(argv)
-    if args.write:
-        write_atomic(args.write, page())
-    else:
-        sys.stdout.write(page())
-    return 0
+    return page_main(argv, description=__doc__ or "", page=page, default=PAGE)
 
 
 if __name__ == "__main__":
