@@ -281,6 +281,17 @@ def test_the_cpu_engine_image_serves_the_tiny_model(podman: Podman, images: Imag
         assert isinstance(choices, list) and choices, answer
         text = choices[0].get("text") if isinstance(choices[0], dict) else None
         assert isinstance(text, str) and text.strip(), answer
+        # Logprobs, as the parity check asks for them: vLLM torch.compiles the sampler's rank helper
+        # on the first such request, so an image without a C++ compiler serves plain completions and
+        # dies here (InvalidCxxCompiler).
+        scored = _post_json(
+            f"http://127.0.0.1:{port}/v1/completions",
+            {"model": "tiny", "prompt": "Question: What is 4 + 4?\nAnswer:", "max_tokens": 4, "temperature": 0, "logprobs": 2},
+        )
+        scored_choices = scored.get("choices")
+        assert isinstance(scored_choices, list) and scored_choices, scored
+        logprobs = scored_choices[0].get("logprobs") if isinstance(scored_choices[0], dict) else None
+        assert isinstance(logprobs, dict) and logprobs.get("token_logprobs"), scored
     finally:
         podman.run("rm", "-f", name)
 
