@@ -5,7 +5,7 @@ cores, a test suite or a compiler next to a P/D pair halves its request rate, an
 measured then looks like a 60% regression against a baseline measured in a quiet minute (seen on
 this project's own machine). Before and after each load run the canary reads the machine's busy
 CPU time (/proc/stat: everything but idle and iowait) and the CPU time of its own processes (the
-cell's servers by process group, the canary and the children it waited for); the difference is
+cell's servers by process group and process tree, the canary and the children it waited for); the difference is
 *foreign* CPU, reported in cores. Above the configured bound the measurement is invalid and taken
 again (checks.throughput.max_foreign_cpu_cores). Linux only; elsewhere, and for servers without
 a local process (Kubernetes, an endpoint), nothing is measured and nothing is gated.
@@ -75,15 +75,16 @@ def _stat(pid: str, proc: Path) -> tuple[int, int, float, float] | None:
 
 
 def ours_s(pgids: Collection[int], root: int | None = None, proc: Path = PROC) -> float:
-    """CPU seconds of every process in `pgids` and of `root` (default: this process) and its live
-    descendants, plus the children each of them has waited for."""
+    """CPU seconds of every process in `pgids`, of each of those pids' live descendants (a container's
+    init process starts the engine in a process group of its own), and of `root` (default: this
+    process) and its live descendants, plus the children each of them has waited for."""
     root = os.getpid() if root is None else root
     table = {int(entry): info for entry in os.listdir(proc) if entry.isdigit() and (info := _stat(entry, proc))}
     children: dict[int, list[int]] = {}
     for pid, (ppid, _, _, _) in table.items():
         children.setdefault(ppid, []).append(pid)
     mine: set[int] = set()
-    stack = [root]
+    stack = [root, *(pid for pid in pgids if pid in table)]
     while stack:
         current = stack.pop()
         if current not in mine:

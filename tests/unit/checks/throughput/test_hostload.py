@@ -53,6 +53,19 @@ def test_a_process_outside_the_measurement_counts_as_foreign_and_inside_as_ours(
     assert "other processes used" in outside.describe()
 
 
+def test_a_container_engine_in_its_own_group_under_the_servers_pid_is_ours(tmp_path: Path) -> None:
+    # The container target records the container's init pid; podman's init starts the engine in a
+    # process group of its own, so matching by group alone called the engine foreign (a busy machine
+    # in every container-target throughput run).
+    with burner.stray_container_burner(tmp_path / "pids", 30.0) as (init_pid, burner_pid):
+        assert os.getpgid(burner_pid) != os.getpgid(init_pid)
+        outside, burned_out = _measure([], burner_pid)
+        inside, burned_in = _measure([init_pid], burner_pid)
+    assert burned_out > 0.05 and burned_in > 0.05
+    assert inside.ours_cores * inside.wall_s >= 0.8 * burned_in, (inside, burned_in)
+    assert outside.foreign_cores * outside.wall_s >= 0.8 * burned_out, (outside, burned_out)
+
+
 def test_children_this_process_waited_for_are_ours() -> None:
     before = hostload.sample([])
     child = subprocess.run(
