@@ -34,7 +34,6 @@ def stray_burner(seconds: float = 60.0) -> Iterator[int]:
             os.killpg(pid, signal.SIGKILL)
 
 
-
 INIT = """import os, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", sys.argv[2]], start_new_session=True)
 with open(sys.argv[1] + ".tmp", "w") as out:
