@@ -4,6 +4,7 @@ cannot run on Kubernetes from reaching helm."""
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -182,3 +183,44 @@ def test_pull_secrets_of_the_config_reach_the_cells_values() -> None:
     assert "imagePullSecrets" not in render_values(plain, list(plan(plain).planned()))  # the chart's stand
     with pytest.raises(ConfigError, match=r"target\.kubernetes\.image_pull_secrets\.0"):
         _config(target={"kind": "kubernetes", "kubernetes": {"image_pull_secrets": ["Reg_Cred"]}})
+
+
+def test_a_cpu_platform_requests_no_gpu_and_no_cuda_transport(tmp_path: Path) -> None:
+    # A CPU matrix on Kubernetes (or under podman kube play): pods asking for nvidia.com/gpu would
+    # never schedule, and the GPU placement defaults name CUDA transports a CPU engine cannot use.
+    config = _config(
+        platform="cpu",
+        models=[{"name": "tiny", "source": "/models/tiny", "max_model_len": 2048}],
+        images={"baseline": {"ref": "localhost/vllm-canary-cpu:0.32.0"}},
+        matrix={"attention_backends": ["CPU_ATTN"], "prefill_block_sizes": [32], "runners": ["v1"],
+                "topologies": ["pd-nixl"]},
+    )
+    values = render_values(config, list(plan(config).cells))
+    cell = values["cells"][0]
+    assert cell["gpus"] == 0 and cell["nixl"]["ucxTls"] == "", cell
+    assert values["nixl"] == {"kvBufferDevice": "cpu"}
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    rendered = subprocess.run(
+        [str(REPO / ".cache" / "tools" / "helm"), "template", "t", str(REPO / "helm" / "vllm-pd"), "-f", str(path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    assert "nvidia.com/gpu" not in rendered.stdout
+    assert "UCX_TLS" not in rendered.stdout
+    transfer = [
+        json.loads(args[args.index("--kv-transfer-config") + 1])
+        for doc in yaml.safe_load_all(rendered.stdout)
+        if doc and doc["kind"] == "Deployment"
+        for args in [doc["spec"]["template"]["spec"]["containers"][0].get("args", [])]
+        if "--kv-transfer-config" in args
+    ]
+    assert len(transfer) == 2 and all(t["kv_buffer_device"] == "cpu" for t in transfer), transfer
+
+
+def test_a_gpu_platform_still_requests_its_gpus_and_cuda_transports() -> None:
+    config = _config()
+    values = render_values(config, list(plan(config).cells))
+    pd = next(c for c in values["cells"] if c["topology"] == "pd-nixl")
+    assert pd["gpus"] == 2 and "cuda_copy" in pd["nixl"]["ucxTls"]
+    assert values["nixl"] == {"kvBufferDevice": "cuda"}

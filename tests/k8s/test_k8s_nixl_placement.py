@@ -262,7 +262,7 @@ def test_multinode_pd_cells_cannot_be_same_node(helm_home: Path) -> None:
         ("nixl.placement", "same-rack", "placement"),
         ("nixl.ucx.tls", "rc;tcp", "tls"),
         ("cells.1.nixl", {"placement": "anywhere"}, "placement"),
-        ("cells.1.nixl", {"ucxTls": ""}, "ucxTls"),
+        ("cells.1.nixl", {"ucxTls": ",rc"}, "ucxTls"),
         ("cells.1.nixl", {"transport": "rc"}, "transport"),
         ("vllm.disableAccessLogForEndpoints", ["health"], "disableAccessLogForEndpoints"),
     ],

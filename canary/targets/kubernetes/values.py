@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from canary.config import CanaryConfig
+from canary.config.catalog import load_catalog
 from canary.errors import CanaryError
 from canary.images.patchseries import SeriesError, read_series, series_hash
 from canary.images.table import ImageError, check_image, find_series, router_ref
@@ -66,6 +67,11 @@ def _check_cell(cell: Cell) -> None:
             raise KubeValuesError(f"cell {cell.id}: image key {key!r} cannot be a Kubernetes label value")
 
 
+def kv_buffer_device(config: CanaryConfig) -> str:
+    """Where the platform's NIXL connector keeps the KV buffer (catalog): `cpu` has no GPU to request."""
+    return load_catalog().platforms[config.platform].kv_buffer_device
+
+
 def _cell_values(config: CanaryConfig, cell: Cell, series_hashes: dict[str, str]) -> dict[str, Any]:
     model = next((m for m in config.models if m.name == cell.model), None)
     if model is None:
@@ -85,11 +91,17 @@ def _cell_values(config: CanaryConfig, cell: Cell, series_hashes: dict[str, str]
         "decodeBlockSize": cell.decode_block_size,
         "maxModelLen": model.max_model_len,
         "tensorParallelSize": model.tensor_parallel_size,
-        "gpus": model.tensor_parallel_size,
+        # A CPU platform's pods request no GPU (its cores are the tensor-parallel ranks).
+        "gpus": 0 if kv_buffer_device(config) == "cpu" else model.tensor_parallel_size,
     }
     if cell.topology == "pd-nixl":
         nixl = config.target.kubernetes.nixl
-        values["nixl"] = {"placement": nixl.placement, "ucxTls": nixl.tls}
+        if kv_buffer_device(config) == "cpu":
+            # Host memory: UCX picks its transports unless the config names them (the placement
+            # defaults are CUDA transports, which a CPU engine has nothing to move with).
+            values["nixl"] = {"placement": nixl.placement, "ucxTls": nixl.ucx_tls or ""}
+        else:
+            values["nixl"] = {"placement": nixl.placement, "ucxTls": nixl.tls}
     if model.extra_args:
         values["extraArgs"] = list(model.extra_args)
     if cell.risks:
@@ -160,6 +172,7 @@ def render_values(
     }
     if any(cell.topology == "pd-nixl" for cell in planned):
         values["router"] = {"image": router_image()}
+        values["nixl"] = {"kvBufferDevice": kv_buffer_device(config)}
     secrets = config.target.kubernetes.image_pull_secrets
     if secrets:  # none given: the chart's own (or a chart_values file's) imagePullSecrets stand
         values["imagePullSecrets"] = [{"name": name} for name in secrets]

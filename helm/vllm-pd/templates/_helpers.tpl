@@ -115,7 +115,8 @@ the chart's (same-node | cross-node).
 UCX_TLS of a P/D cell: the cell's nixl.ucxTls, else the chart's nixl.ucx.tls.
 */}}
 {{- define "vllm-pd.ucxTls" -}}
-{{- (.cell.nixl | default dict).ucxTls | default .root.Values.nixl.ucx.tls -}}
+{{- $nixl := .cell.nixl | default dict -}}
+{{- if hasKey $nixl "ucxTls" -}}{{- $nixl.ucxTls -}}{{- else -}}{{- .root.Values.nixl.ucx.tls -}}{{- end -}}
 {{- end -}}
 
 {{/*
@@ -178,6 +179,19 @@ The model-cache claim name.
 {{/*
 vLLM server args of one role of one cell (a YAML list). Call with (dict "root" $ "cell" $cell "role" $role "extra" list).
 */}}
+{{/*
+A port of one role of one cell: the cell's `ports.<role>.<name>` when given (hostNetwork pods of
+one node must not share ports), else the chart-wide one. Call with the role context plus "port":
+http or nixl for vLLM servers, http or metrics for routers.
+*/}}
+{{- define "vllm-pd.port" -}}
+{{- $defaults := dict "http" .root.Values.vllm.port "nixl" .root.Values.nixl.sideChannelPort -}}
+{{- if eq .role "router" -}}
+{{- $defaults = dict "http" .root.Values.router.port "metrics" .root.Values.router.metricsPort -}}
+{{- end -}}
+{{- dig .role .port (get $defaults .port) (.cell.ports | default dict) | int -}}
+{{- end -}}
+
 {{- define "vllm-pd.vllmArgs" -}}
 {{- $v := .root.Values.vllm -}}
 - {{ .cell.modelSource | quote }}
@@ -186,7 +200,7 @@ vLLM server args of one role of one cell (a YAML list). Call with (dict "root" $
 - --host
 - "0.0.0.0"
 - --port
-- {{ $v.port | quote }}
+- {{ include "vllm-pd.port" (merge (dict "port" "http") .) | quote }}
 - --attention-backend
 - {{ .cell.attentionBackend | quote }}
 - --block-size
@@ -242,7 +256,7 @@ vLLM server env of one role of one cell (a YAML list).
     fieldRef:
       fieldPath: status.podIP
 - name: VLLM_NIXL_SIDE_CHANNEL_PORT
-  value: {{ .root.Values.nixl.sideChannelPort | quote }}
+  value: {{ include "vllm-pd.port" (merge (dict "port" "nixl") .) | quote }}
 {{- with include "vllm-pd.ucxTls" . }}
 - name: UCX_TLS
   value: {{ . | quote }}
@@ -359,9 +373,11 @@ Resources of a vLLM container: the chart's, plus GPUs (and RDMA devices for P/D 
 {{- $res := deepCopy .root.Values.vllm.resources -}}
 {{- $limits := $res.limits | default dict -}}
 {{- $requests := $res.requests | default dict -}}
-{{- $gpus := .cell.gpus | default .root.Values.vllm.gpus | int -}}
+{{- $gpus := ternary .cell.gpus .root.Values.vllm.gpus (hasKey .cell "gpus") | int -}}
+{{- if gt $gpus 0 -}}
 {{- $_ := set $limits .root.Values.vllm.gpuResourceName $gpus -}}
 {{- $_ := set $requests .root.Values.vllm.gpuResourceName $gpus -}}
+{{- end -}}
 {{- if and .root.Values.nixl.rdma.enabled (ne .role "aggregated") -}}
 {{- $_ := set $limits .root.Values.nixl.rdma.resourceName (.root.Values.nixl.rdma.count | int) -}}
 {{- $_ := set $requests .root.Values.nixl.rdma.resourceName (.root.Values.nixl.rdma.count | int) -}}
@@ -410,6 +426,14 @@ router's own for routers, which need no GPU node).
 serviceAccountName: {{ include "vllm-pd.serviceAccountName" $root }}
 automountServiceAccountToken: false
 enableServiceLinks: false
+{{- if $root.Values.hostNetwork }}
+hostNetwork: true
+dnsPolicy: ClusterFirstWithHostNet
+{{- end }}
+{{- with $root.Values.hostAliases }}
+hostAliases:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 securityContext:
   {{- toYaml $root.Values.podSecurityContext | nindent 2 }}
 {{- with $root.Values.imagePullSecrets }}
