@@ -286,7 +286,13 @@ def test_the_cpu_engine_image_serves_the_tiny_model(podman: Podman, images: Imag
         # dies here (InvalidCxxCompiler).
         scored = _post_json(
             f"http://127.0.0.1:{port}/v1/completions",
-            {"model": "tiny", "prompt": "Question: What is 4 + 4?\nAnswer:", "max_tokens": 4, "temperature": 0, "logprobs": 2},
+            {
+                "model": "tiny",
+                "prompt": "Question: What is 4 + 4?\nAnswer:",
+                "max_tokens": 4,
+                "temperature": 0,
+                "logprobs": 2,
+            },
         )
         scored_choices = scored.get("choices")
         assert isinstance(scored_choices, list) and scored_choices, scored

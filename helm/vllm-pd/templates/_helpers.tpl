@@ -194,6 +194,9 @@ http or nixl for vLLM servers, http or metrics for routers.
 
 {{- define "vllm-pd.vllmArgs" -}}
 {{- $v := .root.Values.vllm -}}
+{{- if eq $v.modelArg "flag" }}
+- --model
+{{- end }}
 - {{ .cell.modelSource | quote }}
 - --served-model-name
 - {{ .cell.model | quote }}
@@ -429,10 +432,6 @@ enableServiceLinks: false
 {{- if $root.Values.hostNetwork }}
 hostNetwork: true
 dnsPolicy: ClusterFirstWithHostNet
-{{- end }}
-{{- with $root.Values.hostAliases }}
-hostAliases:
-  {{- toYaml . | nindent 2 }}
 {{- end }}
 securityContext:
   {{- toYaml $root.Values.podSecurityContext | nindent 2 }}
