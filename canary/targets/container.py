@@ -417,8 +417,8 @@ class ContainerTarget(LocalTarget):
         return self.router_image() if role == "router" else self._images.get(cell.image_for(role), "")
 
     def _record_pids(self, deployment: Deployment, plans: list[tuple[ServerPlan, str]]) -> None:
-        """Each server's pid becomes its container's first process (a session leader: its group holds the
-        engine), so the throughput check's host-load accounting counts the engine as the cell's own."""
+        """Each server's pid becomes its container's first process, whose process tree holds the engine, so
+        the throughput check's host-load accounting counts the engine as the cell's own."""
         for plan, name in plans:
             server = deployment.servers.get(plan.role)
             if server is not None and (pid := self.cli.main_pid(name)) is not None:

@@ -34,7 +34,7 @@ def stray_burner(seconds: float = 60.0) -> Iterator[int]:
             os.killpg(pid, signal.SIGKILL)
 
 
-INIT = """import os, subprocess, sys, time
+INIT = """import os, subprocess, sys
 child = subprocess.Popen([sys.executable, "-c", sys.argv[2]], start_new_session=True)
 with open(sys.argv[1] + ".tmp", "w") as out:
     out.write(f"{os.getpid()} {child.pid}")

@@ -282,7 +282,9 @@ def measure(ctx: CheckContext, prompts: tuple[list[int] | None, float, dict[str,
     pool, ratio, prompt_evidence = prompts
     runs: list[LoadResult] = []
     evidence: dict[str, Any] = {"prompts": prompt_evidence, "endpoint": ctx.deployment.base_url, "runs": []}
-    pgids = [s.pid for s in ctx.deployment.servers.values() if s.pid is not None]  # local: pid == pgid
+    pgids = [
+        s.pid for s in ctx.deployment.servers.values() if s.pid is not None
+    ]  # local: pid == pgid; container: its init
     foreign: list[hostload.ForeignLoad | None] = []
     for repeat in range(cfg.repeats):
         spec = build_spec(cfg, ctx.deployment, attempt * cfg.repeats + repeat).model_copy(

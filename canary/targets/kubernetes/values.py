@@ -76,6 +76,7 @@ def _cell_values(config: CanaryConfig, cell: Cell, series_hashes: dict[str, str]
     model = next((m for m in config.models if m.name == cell.model), None)
     if model is None:
         raise KubeValuesError(f"cell {cell.id}: model {cell.model!r} is not in the config")
+    on_host = kv_buffer_device(config) == "cpu"
     values: dict[str, Any] = {
         "id": cell.id,
         "name": cell.k8s_name,
@@ -92,16 +93,13 @@ def _cell_values(config: CanaryConfig, cell: Cell, series_hashes: dict[str, str]
         "maxModelLen": model.max_model_len,
         "tensorParallelSize": model.tensor_parallel_size,
         # A CPU platform's pods request no GPU (its cores are the tensor-parallel ranks).
-        "gpus": 0 if kv_buffer_device(config) == "cpu" else model.tensor_parallel_size,
+        "gpus": 0 if on_host else model.tensor_parallel_size,
     }
     if cell.topology == "pd-nixl":
         nixl = config.target.kubernetes.nixl
-        if kv_buffer_device(config) == "cpu":
-            # Host memory: UCX picks its transports unless the config names them (the placement
-            # defaults are CUDA transports, which a CPU engine has nothing to move with).
-            values["nixl"] = {"placement": nixl.placement, "ucxTls": nixl.ucx_tls or ""}
-        else:
-            values["nixl"] = {"placement": nixl.placement, "ucxTls": nixl.tls}
+        # Host memory: UCX picks its transports unless the config names them (the placement defaults
+        # are CUDA transports, which a CPU engine has nothing to move with).
+        values["nixl"] = {"placement": nixl.placement, "ucxTls": (nixl.ucx_tls or "") if on_host else nixl.tls}
     if model.extra_args:
         values["extraArgs"] = list(model.extra_args)
     if cell.risks:
