@@ -306,9 +306,10 @@ class Gsm8kRunner:
             yield
 
     def test_size(self) -> int:
-        """Questions in the test split."""
-        task = self._task_manager.load([TASK_NAME])["tasks"][TASK_NAME]
-        return len(task.test_docs())
+        """Questions in the test split (loading it prints datasets' split bars: into the log too)."""
+        with self._progress_to_log():
+            task = self._task_manager.load([TASK_NAME])["tasks"][TASK_NAME]
+            return len(task.test_docs())
 
     def run(self, indices: Sequence[int]) -> list[QuestionResult]:
         """Evaluate the test questions at `indices` (one lm-eval call); results sorted by doc id."""

@@ -339,3 +339,19 @@ def test_kv_counters_and_gates() -> None:
     gates = judge(recomputed, min_bytes=1, max_recompute_share=0.5)
     assert [g.name for g in gates if not g.passed] == ["nixl-bytes-grew", "decode-did-not-recompute"]
     assert recompute_share(ZERO) == 0.0  # nothing uncached: the bytes gate decides
+
+
+def test_loading_the_split_writes_its_bars_to_the_log_not_the_terminal(
+    data_dir: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    fresh = tmp_path / "fresh-data"  # files datasets has not seen: it generates the splits again
+    fresh.mkdir()
+    for name in ("train.jsonl", "test.jsonl"):
+        (fresh / name).write_bytes((data_dir / name).read_bytes())
+    runner = _runner("http://127.0.0.1:9", fresh, tmp_path)
+    runner.log_path = tmp_path / "lm-eval.log"
+    capfd.readouterr()
+    assert runner.test_size() == SMALL.test_size
+    terminal = capfd.readouterr()
+    assert "Generating" not in terminal.err + terminal.out
+    assert "Generating test split" in runner.log_path.read_text()
