@@ -389,6 +389,12 @@ def test_canary_cronjob_settings(helm_home: Path) -> None:
         config_volume = next(v for v in spec["volumes"] if v["name"] == "config")
         configmap = named(docs, "ConfigMap", config_volume["configMap"]["name"])
         assert "config.yaml" in configmap["data"]
+        # a dataset (or model) directory of the user's, beside the pod's own volumes
+        gsm8k = next(v for v in spec["volumes"] if v["name"] == "gsm8k")
+        assert gsm8k["persistentVolumeClaim"]["claimName"] == "gsm8k-mirror"
+        mount = next(m for m in container["volumeMounts"] if m["name"] == "gsm8k")
+        assert mount == {"name": "gsm8k", "mountPath": "/data/gsm8k", "readOnly": True}
+        assert {"config", "scratch"} <= {v["name"] for v in spec["volumes"]}
 
 
 def test_canary_rbac_is_read_only_and_namespaced(helm_home: Path) -> None:

@@ -171,6 +171,9 @@ spec:
         - name: state
           mountPath: /var/lib/canary
         {{- end }}
+        {{- with .Values.extraVolumeMounts }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
   volumes:
     - name: config
       configMap:
@@ -189,6 +192,9 @@ spec:
     - name: state
       persistentVolumeClaim:
         claimName: {{ .Values.state.existingClaim | default (printf "%s-state" (include "canary.fullname" .)) }}
+    {{- end }}
+    {{- with .Values.extraVolumes }}
+    {{- toYaml . | nindent 4 }}
     {{- end }}
 {{- end -}}
 
