@@ -9,15 +9,50 @@ from dataclasses import dataclass
 from html import escape
 
 FONT = "font-family='system-ui,sans-serif' font-size='12'"
-DATA_COLORS = ("#00838f", "#f06292", "#9e9d24", "#283593")
-"""Colours of data (bars, lines, sparklines): none is, or looks like, a verdict colour
-(canary.judge.verdicts owns those; a test keeps them apart), so a bar never reads as a verdict."""
+CHAR_PX = 7.2
+"""A generous width of one character at the charts' 12 px (digits and lowercase of the sans fonts a
+browser falls back to are narrower): what a label is sized and cut by, so it stays inside its box."""
+
+
+@dataclass(frozen=True)
+class Paint:
+    """One colour of the report's data and the one thing it means, everywhere it is drawn."""
+
+    color: str
+    meaning: str
+
+
+BASELINE = Paint("#00838f", "a cell on the baseline image")
+OTHER_IMAGE = Paint("#f06292", "a cell on another image than the baseline")
+HISTORY = Paint("#9e9d24", "an earlier run (sparklines)")
+THIS_RUN = Paint("#283593", "this run, among earlier ones (sparklines)")
+PALETTE: tuple[Paint, ...] = (BASELINE, OTHER_IMAGE, HISTORY, THIS_RUN)
+"""The data colours of the report, each with one meaning in every chart (a legend says them; a test
+keeps them distinct and apart from the verdict colours, which canary.judge.verdicts owns). Neutral
+ink (INK, the greys below) draws axes, whiskers, medians and what is not to scale."""
+DATA_COLORS = tuple(paint.color for paint in PALETTE)
 BAR_COLORS = DATA_COLORS
+INK = "#212121"
 NOT_TO_SCALE_FILL = "#cfd8dc"
 NOT_TO_SCALE_STROKE = "#546e7a"
 """Hatching of values that are drawn but not scaled to (an invalid measurement, a corrupted cell)."""
 REFERENCE_COLOR = "#37474f"
 """A reference line (a gate): dashed, neutral, not the colour of a failure."""
+
+
+def text_px(text: str, char_px: float = CHAR_PX) -> float:
+    """The width a label is given (see CHAR_PX)."""
+    return len(text) * char_px
+
+
+def fit(text: str, width: float, char_px: float = CHAR_PX, *, keep_end: bool = False) -> str:
+    """text cut with an ellipsis to fit width pixels (its end kept when keep_end: a cell id's image)."""
+    most = max(int(width // char_px), 1)
+    if len(text) <= most:
+        return text
+    if most == 1:
+        return "…"
+    return "…" + text[-(most - 1) :] if keep_end else text[: most - 1].rstrip() + "…"
 
 
 @dataclass(frozen=True)
@@ -63,6 +98,10 @@ def hatch_id(title: str) -> str:
     return f"hatch-{zlib.crc32(title.encode()):08x}"
 
 
+MAX_LABEL_PX = 360.0
+"""The widest a bar chart's labels get; a longer cell id keeps its end (the image) after an ellipsis."""
+
+
 def hbar_chart(
     title: str,
     bars: list[Bar],
@@ -71,7 +110,7 @@ def hbar_chart(
     maximum: float | None = None,
     points: bool = False,
     reference: tuple[float, str] | None = None,
-    label_width: int = 300,
+    label_width: int | None = None,
     width: int = 720,
 ) -> str:
     """Horizontal bars (or points with whiskers when points=True); an optional vertical reference line.
@@ -79,6 +118,9 @@ def hbar_chart(
     Bars marked not_to_scale do not set the axis: they are hatched, cut at the axis end when larger
     (an arrow says so) and labelled with why and their value."""
     row_h, top, bottom = 18, 28, 28
+    if label_width is None:  # as wide as the longest label (cut beyond MAX_LABEL_PX)
+        label_width = int(min(max((text_px(b.label) for b in bars), default=60.0), MAX_LABEL_PX)) + 12
+    width = max(width, int(text_px(title)) + 12, label_width + 260)
     plot_w = width - label_width - 20
     height = top + bottom + row_h * max(len(bars), 1)
     scaled = [b for b in bars if not b.not_to_scale]
@@ -112,9 +154,12 @@ def hbar_chart(
         mid = y + row_h / 2
         tip = escape(bar.tooltip or f"{bar.label}: {_fmt(bar.value)} {unit}")
         out.append(f"<g><title>{tip}</title>")
-        out.append(f"<text x='{label_width - 6}' y='{mid + 4:.1f}' text-anchor='end'>{escape(bar.label[:48])}</text>")
+        label = fit(bar.label, label_width - 10, keep_end=True)
+        out.append(f"<text x='{label_width - 6}' y='{mid + 4:.1f}' text-anchor='end'>{escape(label)}</text>")
         if bar.not_to_scale:
-            out += _not_to_scale(bar, x(bar.value), label_width, y, row_h, pattern, unit, cut=bar.value > scale_max)
+            out += _not_to_scale(
+                bar, x(bar.value), label_width, y, row_h, pattern, unit, cut=bar.value > scale_max, room=plot_w - 8
+            )
             out.append("</g>")
             continue
         if points:
@@ -126,11 +171,9 @@ def hbar_chart(
             )
         if bar.low is not None and bar.high is not None:
             x1, x2 = x(bar.low), x(bar.high)
-            out.append(f"<line x1='{x1:.1f}' y1='{mid:.1f}' x2='{x2:.1f}' y2='{mid:.1f}' stroke='#212121'/>")
+            out.append(f"<line x1='{x1:.1f}' y1='{mid:.1f}' x2='{x2:.1f}' y2='{mid:.1f}' stroke='{INK}'/>")
             for xe in (x1, x2):
-                out.append(
-                    f"<line x1='{xe:.1f}' y1='{mid - 4:.1f}' x2='{xe:.1f}' y2='{mid + 4:.1f}' stroke='#212121'/>"
-                )
+                out.append(f"<line x1='{xe:.1f}' y1='{mid - 4:.1f}' x2='{xe:.1f}' y2='{mid + 4:.1f}' stroke='{INK}'/>")
         out.append("</g>")
     if reference is not None:
         rx = x(reference[0])
@@ -138,17 +181,22 @@ def hbar_chart(
             f"<line x1='{rx:.1f}' y1='{top - 6}' x2='{rx:.1f}' y2='{height - bottom}' stroke='{REFERENCE_COLOR}' "
             "stroke-dasharray='4 3'/>"
         )
-        out.append(f"<text x='{rx + 3:.1f}' y='{top - 8}' fill='{REFERENCE_COLOR}'>{escape(reference[1])}</text>")
+        right = rx + 3 + text_px(reference[1]) > width - 2  # the label left of the line near the right edge
+        anchor = f"x='{rx - 3:.1f}' text-anchor='end'" if right else f"x='{rx + 3:.1f}'"
+        out.append(f"<text {anchor} y='{top - 8}' fill='{REFERENCE_COLOR}'>{escape(reference[1])}</text>")
     out.append("</svg>")
     return "\n".join(out)
 
 
 def _not_to_scale(
-    bar: Bar, end: float, left: int, y: float, row_h: int, pattern: str, unit: str, *, cut: bool
+    bar: Bar, end: float, left: int, y: float, row_h: int, pattern: str, unit: str, *, cut: bool, room: float
 ) -> list[str]:
-    """A hatched bar with its label ('throughput invalid: 2400 ms, not comparable'), inside the plot."""
+    """A hatched bar with its label ('throughput invalid: 2400 ms, not comparable'), inside the plot
+    (room pixels wide: the label loses its words, then is cut, to stay there)."""
     width = max(end - left, 6.0)
     label = f"{bar.not_to_scale}: {_fmt(bar.value)} {unit}, not comparable"
+    if text_px(label) > room:
+        label = fit(f"{bar.not_to_scale}: {_fmt(bar.value)} {unit}", room)
     out = [
         f"<rect class='not-to-scale' x='{left}' y='{y + 3}' width='{width:.1f}' height='{row_h - 6}' "
         f"fill='url(#{pattern})' stroke='{NOT_TO_SCALE_STROKE}'/>"
@@ -196,12 +244,12 @@ def sparkline(title: str, points: Sequence[Spark], *, width: int = 120, height: 
     out = [*_open(title, width, height), f"<rect width='{width}' height='{height}' fill='#fafafa'/>"]
     path = [f"{x(i):.1f},{y(p.value):.1f}" for i, p in enumerate(points) if p.judged and math.isfinite(p.value)]
     if len(path) > 1:
-        out.append(f"<polyline points='{' '.join(path)}' fill='none' stroke='{DATA_COLORS[0]}' stroke-width='1.5'/>")
+        out.append(f"<polyline points='{' '.join(path)}' fill='none' stroke='{HISTORY.color}' stroke-width='1.5'/>")
     for index, point in enumerate(points):
         last = index == len(points) - 1
         if point.judged and math.isfinite(point.value):
             radius = 2.6 if last else 1.4
-            fill = DATA_COLORS[3] if last else DATA_COLORS[0]
+            fill = THIS_RUN.color if last else HISTORY.color
             mark = f"<circle cx='{x(index):.1f}' cy='{y(point.value):.1f}' r='{radius}' fill='{fill}'/>"
         else:
             mark = (
@@ -222,24 +270,40 @@ class Tile:
     tooltip: str
     href: str = ""
     """Where a click on the tile goes (the cell's details), if anywhere."""
+    sub: str = ""
+    """A second, smaller line under the text (what tells tiles of one position apart)."""
+
+
+TILE_W = 150
+"""The width of a heatmap tile; a position holding several tiles is this wide per tile, less a little."""
+SHARED_TILE_W = 130
+SUB_CHAR_PX = 6.2
+"""CHAR_PX of a tile's second line (10 px)."""
 
 
 def heatmap(title: str, rows: list[str], columns: list[str], tiles: dict[tuple[str, str], list[Tile]]) -> str:
-    """A grid of coloured tiles: rows x columns; a position with several tiles is split across."""
-    cell_w, cell_h, left, top = 150, 34, 90, 46
-    width = max(left + cell_w * max(len(columns), 1) + 10, 8 * len(title) + 10)
+    """A grid of coloured tiles: rows x columns; a position with several tiles is split across (its
+    column widened so that each keeps room for its text). Each tile's text and second line are cut
+    with an ellipsis to stay inside it; its tooltip says everything."""
+    shared = {c: max((len(tiles.get((r, c), [])) for r in rows), default=1) for c in columns}
+    widths = [TILE_W if shared[c] <= 1 else SHARED_TILE_W * shared[c] for c in columns]
+    two_lines = any(t.sub for here in tiles.values() for t in here)
+    cell_h, top = (40 if two_lines else 34), 46
+    left = int(max((text_px(r) for r in rows), default=40.0)) + 16
+    width = int(max(left + sum(widths) + 10, text_px(title) + 10))
     height = top + cell_h * max(len(rows), 1) + 10
+    starts = [left + sum(widths[:i]) for i in range(len(columns))]
     out = [*_open(title, width, height), f"<text x='4' y='16' font-weight='bold'>{escape(title)}</text>"]
     for ci, column in enumerate(columns):
+        label = fit(column, widths[ci] - 6)
         out.append(
-            f"<text x='{left + ci * cell_w + cell_w / 2:.1f}' y='{top - 8}' "
-            f"text-anchor='middle'>{escape(column)}</text>"
+            f"<text x='{starts[ci] + widths[ci] / 2:.1f}' y='{top - 8}' text-anchor='middle'>{escape(label)}</text>"
         )
     for ri, row in enumerate(rows):
         y = top + ri * cell_h
         out.append(f"<text x='{left - 8}' y='{y + cell_h / 2 + 4:.1f}' text-anchor='end'>{escape(row)}</text>")
         for ci, column in enumerate(columns):
-            x0 = left + ci * cell_w
+            x0, cell_w = starts[ci], widths[ci]
             here = tiles.get((row, column), [])
             if not here:
                 out.append(
@@ -255,9 +319,131 @@ def heatmap(title: str, rows: list[str], columns: list[str], tiles: dict[tuple[s
                 out.append(
                     f"<rect x='{tx:.1f}' y='{y + 1}' width='{part - 1:.1f}' height='{cell_h - 2}' fill='{tile.color}'/>"
                 )
+                room, mid = part - 9, tx + part / 2
+                line_y = y + cell_h / 2 + (0 if tile.sub else 4)
                 out.append(
-                    f"<text x='{tx + part / 2:.1f}' y='{y + cell_h / 2 + 4:.1f}' text-anchor='middle' "
-                    f"fill='#ffffff'>{escape(tile.text)}</text></g>{'</a>' if link else ''}"
+                    f"<text x='{mid:.1f}' y='{line_y:.1f}' text-anchor='middle' fill='#ffffff'>"
+                    f"{escape(fit(tile.text, room))}</text>"
                 )
+                if tile.sub:
+                    out.append(
+                        f"<text x='{mid:.1f}' y='{line_y + 12:.1f}' text-anchor='middle' fill='#ffffff' "
+                        f"font-size='10'>{escape(fit(tile.sub, room, SUB_CHAR_PX))}</text>"
+                    )
+                out.append(f"</g>{'</a>' if link else ''}")
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class Box:
+    """One row of a distribution chart: a whisker from low to high (p1 to p99), a box from q1 to
+    q3 (p25 to p75) and the median; not_to_scale as Bar's."""
+
+    label: str
+    low: float
+    q1: float
+    median: float
+    q3: float
+    high: float
+    tooltip: str = ""
+    color: str = BASELINE.color
+    not_to_scale: str = ""
+
+
+def box_chart(title: str, boxes: list[Box], unit: str, *, width: int = 720) -> str:
+    """Horizontal box plots, one row per box, on one axis from 0 (the scale set by the boxes that are
+    to scale; the others hatched as in hbar_chart, labelled with their median)."""
+    row_h, top, bottom = 20, 28, 28
+    label_width = int(min(max((text_px(b.label) for b in boxes), default=60.0), MAX_LABEL_PX)) + 12
+    width = max(width, int(text_px(title)) + 12, label_width + 260)
+    plot_w = width - label_width - 20
+    height = top + bottom + row_h * max(len(boxes), 1)
+    scaled = [b for b in boxes if not b.not_to_scale]
+    ticks = _ticks(max((b.high for b in scaled), default=0.0))
+    scale_max = ticks[-1]
+    pattern = hatch_id(title)
+
+    def x(value: float) -> float:
+        return label_width + plot_w * min(max(value / scale_max, 0.0), 1.0)
+
+    out = [*_open(title, width, height), f"<text x='4' y='16' font-weight='bold'>{escape(title)}</text>"]
+    if len(scaled) < len(boxes):
+        out.append(
+            f"<defs><pattern id='{pattern}' width='6' height='6' patternUnits='userSpaceOnUse' "
+            "patternTransform='rotate(45)'>"
+            f"<rect width='6' height='6' fill='{NOT_TO_SCALE_FILL}'/>"
+            f"<line x1='0' y1='0' x2='0' y2='6' stroke='{NOT_TO_SCALE_STROKE}' stroke-width='2'/></pattern></defs>"
+        )
+    for tick in ticks:
+        tx = x(tick)
+        out.append(f"<line x1='{tx:.1f}' y1='{top - 4}' x2='{tx:.1f}' y2='{height - bottom}' stroke='#e0e0e0'/>")
+        out.append(f"<text x='{tx:.1f}' y='{height - bottom + 14}' text-anchor='middle'>{_fmt(tick)}</text>")
+    out.append(f"<text x='{width - 4}' y='{height - 4}' text-anchor='end'>{escape(unit)}</text>")
+    if not boxes:
+        out.append(f"<text x='{label_width}' y='{top + 12}'>no data</text>")
+    for index, box in enumerate(boxes):
+        y = top + index * row_h
+        mid = y + row_h / 2
+        out.append(f"<g><title>{escape(box.tooltip or box.label)}</title>")
+        label = fit(box.label, label_width - 10, keep_end=True)
+        out.append(f"<text x='{label_width - 6}' y='{mid + 4:.1f}' text-anchor='end'>{escape(label)}</text>")
+        if box.not_to_scale:
+            bar = Bar(box.label, box.median, not_to_scale=box.not_to_scale)
+            out += _not_to_scale(
+                bar, x(box.median), label_width, y, row_h, pattern, unit, cut=box.median > scale_max, room=plot_w - 8
+            )
+            out.append("</g>")
+            continue
+        x1, q1, md, q3, x2 = (x(v) for v in (box.low, box.q1, box.median, box.q3, box.high))
+        out.append(f"<line x1='{x1:.1f}' y1='{mid:.1f}' x2='{x2:.1f}' y2='{mid:.1f}' stroke='{INK}'/>")
+        for xe in (x1, x2):
+            out.append(f"<line x1='{xe:.1f}' y1='{mid - 4:.1f}' x2='{xe:.1f}' y2='{mid + 4:.1f}' stroke='{INK}'/>")
+        out.append(
+            f"<rect x='{q1:.1f}' y='{y + 3}' width='{max(q3 - q1, 1.0):.1f}' height='{row_h - 6}' "
+            f"fill='{box.color}' stroke='{INK}' stroke-width='0.5'/>"
+        )
+        out.append(
+            f"<line x1='{md:.1f}' y1='{y + 2}' x2='{md:.1f}' y2='{y + row_h - 2}' stroke='{INK}' stroke-width='2'/>"
+        )
+        out.append("</g>")
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def scatter(
+    title: str,
+    points: Sequence[tuple[float, float]],
+    x_unit: str,
+    y_unit: str,
+    *,
+    color: str = BASELINE.color,
+    width: int = 360,
+    height: int = 140,
+) -> str:
+    """A small time series: one dot per (x, y), both axes from 0, a few ticks, the title cut to fit."""
+    left, right, top, bottom = 44, 10, 24, 30
+    plot_w, plot_h = width - left - right, height - top - bottom
+    x_ticks = _ticks(max((p[0] for p in points), default=0.0), 3)
+    y_ticks = _ticks(max((p[1] for p in points), default=0.0), 3)
+
+    def x(value: float) -> float:
+        return left + plot_w * min(max(value / x_ticks[-1], 0.0), 1.0)
+
+    def y(value: float) -> float:
+        return top + plot_h * (1.0 - min(max(value / y_ticks[-1], 0.0), 1.0))
+
+    label = fit(title, width - 8)
+    out = [*_open(title, width, height), f"<text x='4' y='14' font-weight='bold'>{escape(label)}</text>"]
+    for tick in x_ticks:
+        out.append(f"<line x1='{x(tick):.1f}' y1='{top}' x2='{x(tick):.1f}' y2='{top + plot_h}' stroke='#e0e0e0'/>")
+        anchor = "end" if tick == x_ticks[-1] else "middle"
+        out.append(f"<text x='{x(tick):.1f}' y='{top + plot_h + 13}' text-anchor='{anchor}'>{_fmt(tick)}</text>")
+    for tick in y_ticks:
+        out.append(f"<line x1='{left}' y1='{y(tick):.1f}' x2='{left + plot_w}' y2='{y(tick):.1f}' stroke='#e0e0e0'/>")
+        out.append(f"<text x='{left - 4}' y='{y(tick) + 4:.1f}' text-anchor='end'>{_fmt(tick)}</text>")
+    out.append(f"<text x='{width - right}' y='{height - 3}' text-anchor='end'>{escape(x_unit)}</text>")
+    out.append(f"<text x='4' y='{height - 3}'>{escape(y_unit)}</text>")
+    out += [f"<circle cx='{x(px):.1f}' cy='{y(py):.1f}' r='2' fill='{color}'/>" for px, py in points]
     out.append("</svg>")
     return "\n".join(out)
