@@ -420,8 +420,10 @@ def scatter(
     color: str = BASELINE.color,
     width: int = 360,
     height: int = 140,
+    label: str = "",
 ) -> str:
-    """A small time series: one dot per (x, y), both axes from 0, a few ticks, the title cut to fit."""
+    """A small time series: one dot per (x, y), both axes from 0, a few ticks; the visible label is
+    `label` (default the title), cut to fit keeping its end; the title is the tooltip."""
     left, right, top, bottom = 44, 10, 24, 30
     plot_w, plot_h = width - left - right, height - top - bottom
     x_ticks = _ticks(max((p[0] for p in points), default=0.0), 3)
@@ -433,8 +435,8 @@ def scatter(
     def y(value: float) -> float:
         return top + plot_h * (1.0 - min(max(value / y_ticks[-1], 0.0), 1.0))
 
-    label = fit(title, width - 8)
-    out = [*_open(title, width, height), f"<text x='4' y='14' font-weight='bold'>{escape(label)}</text>"]
+    shown = fit(label or title, width - 8, keep_end=True)
+    out = [*_open(title, width, height), f"<text x='4' y='14' font-weight='bold'>{escape(shown)}</text>"]
     for tick in x_ticks:
         out.append(f"<line x1='{x(tick):.1f}' y1='{top}' x2='{x(tick):.1f}' y2='{top + plot_h}' stroke='#e0e0e0'/>")
         anchor = "end" if tick == x_ticks[-1] else "middle"

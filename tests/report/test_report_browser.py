@@ -1,8 +1,12 @@
 """summary.html in a real headless browser (Debian's chromium, `make chromium-tools`): a realistic
-run with a history (reporthistory), loaded at 1400 and 900 px wide. At each width the page must not
-scroll sideways (wide tables scroll inside their own box), every in-page link must land on an
-element chromium can find, and the screenshots are kept for people in the test's tmp dir, and
-copied into $CANARY_SCREENSHOT_DIR when that is set (e.g. to look at them after a change).
+run with a history (reporthistory), a mixed pair and the per-request samples of its load runs, loaded
+at 1400 and 900 px wide. At each width the page must not scroll sideways (wide tables scroll inside
+their own box), every in-page link must land on an element chromium can find, every cell that did
+not pass shows its why inside the visible part of the Cells table (no row more than a few lines
+tall) and in the banner, every heatmap tile shows its verdict with its text inside its box, and
+every chart's text lies inside its SVG (getBoundingClientRect, as laid out). The screenshots are
+kept for people in the test's tmp dir, and copied into $CANARY_SCREENSHOT_DIR when that is set
+(e.g. to look at them after a change).
 
 The measurement: a copy of the page with a small script at the end of <body> (the report itself
 has none) writes the layout numbers into the DOM, and `chromium --dump-dom` prints the DOM after
@@ -18,13 +22,19 @@ import shutil
 import subprocess
 from html import unescape
 from pathlib import Path
+from typing import Any
 
 import pytest
-from reporthistory import with_history
+from reporthistory import MIXED, with_history, with_mixed_pair, write_requests
 
 from canary.export.report import write_all
 
 WIDTHS = (1400, 900)
+NOT_OK = ("fail", "unexpected-pass", "error", "invalid", "expected-fail")
+"""The verdicts whose why a person looks for: every cell that did not simply pass or not apply."""
+MAX_ROW_LINES = 5
+"""A row of the Cells table is at most this many lines of its why tall."""
+SLACK_PX = 1.0
 HEIGHT = 2200
 CHROMIUM_TIMEOUT_S = 90
 SCREENSHOT_DIR = "CANARY_SCREENSHOT_DIR"
@@ -53,13 +63,67 @@ PROBE = """<script>
     var id = decodeURIComponent(a.getAttribute('href').slice(1));
     if (!document.getElementById(id)) { missing.push(id); }
   });
+  function box(el) {
+    var r = el.getBoundingClientRect();
+    return {left: r.left, right: r.right, top: r.top, bottom: r.bottom, width: r.width, height: r.height};
+  }
+  function clip(el) {  // the horizontal extent of the page that shows el: the viewport and every box that clips it
+    var left = 0, right = view;
+    for (var up = el.parentElement; up && up !== root; up = up.parentElement) {
+      var style = getComputedStyle(up);
+      if (style.overflowX !== 'visible') {
+        var r = up.getBoundingClientRect();
+        left = Math.max(left, r.left); right = Math.min(right, r.right);
+      }
+    }
+    return {left: left, right: right};
+  }
+  var rows = [], heading = Array.prototype.find.call(document.querySelectorAll('h2'), function (h) {
+    return h.textContent.trim() === 'Cells';
+  });
+  var table = heading && heading.nextElementSibling;
+  if (table) {
+    table.querySelectorAll('tr').forEach(function (tr) {
+      var link = tr.querySelector('td a[href^="#cell-"]'), reason = tr.querySelector('td.reason');
+      if (!link) { return; }
+      var badge = tr.querySelector('.v');
+      rows.push({id: link.textContent, verdict: badge ? badge.textContent : '', row: box(tr),
+        reason: reason ? box(reason) : null, text: reason ? reason.textContent : '',
+        clip: reason ? clip(reason) : null,
+        line: reason ? parseFloat(getComputedStyle(reason).lineHeight) || 16 : 16});
+    });
+  }
+  var banner = [];
+  document.querySelectorAll('.banner li').forEach(function (li) {
+    var link = li.querySelector('a[href^="#cell-"]');
+    banner.push({id: link ? link.textContent : '', text: li.textContent, box: box(li), clip: clip(li)});
+  });
+  var tiles = [], outside = [];
+  document.querySelectorAll('svg').forEach(function (svg) {
+    var frame = box(svg), title = svg.querySelector('title');
+    svg.querySelectorAll('text').forEach(function (t) {
+      var b = box(t);
+      var out = b.left < frame.left - 1 || b.right > frame.right + 1;
+      if (out || b.top < frame.top - 1 || b.bottom > frame.bottom + 1) {
+        outside.push({chart: title ? title.textContent : '', text: t.textContent, box: b, svg: frame});
+      }
+    });
+    svg.querySelectorAll('a[href^="#cell-"]').forEach(function (a) {
+      var rect = a.querySelector('rect'), tip = a.querySelector('title');
+      var texts = Array.prototype.map.call(a.querySelectorAll('text'), function (t) {
+        return {text: t.textContent, box: box(t)};
+      });
+      tiles.push({title: tip ? tip.textContent : '', rect: rect ? box(rect) : null, texts: texts});
+    });
+  });
   var out = document.createElement('pre');
   out.id = 'layout-probe';
   out.textContent = JSON.stringify({
     innerWidth: window.innerWidth, clientWidth: view, scrollWidth: root.scrollWidth,
     bodyScrollWidth: document.body.scrollWidth, wide: wide.slice(0, 20), missing: missing,
     links: document.querySelectorAll('a[href^="#"]').length,
-    svgs: document.querySelectorAll('svg').length
+    svgs: document.querySelectorAll('svg').length,
+    rows: rows, banner: banner, tiles: tiles, outside: outside
   });
   document.body.appendChild(out);
 })();
@@ -84,22 +148,25 @@ def _run(args: list[str], profile: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """summary.html of tonight's run, compared with seven earlier nights."""
+    """summary.html of tonight's run, compared with seven earlier nights, with a mixed pair (the
+    longest cell id, two cells in one grid slot) and the per-request samples of its load runs."""
     root = tmp_path_factory.mktemp("results")
     run, trends = with_history(root)
+    run = with_mixed_pair(run)
     run_dir = root / run.run_id
     run_dir.mkdir()
+    write_requests(run, run_dir)
     write_all(run, run_dir, trends=trends)
     return run_dir / "summary.html"
 
 
-def _layout(page: Path, width: int, tmp: Path) -> dict[str, object]:
+def _layout(page: Path, width: int, tmp: Path) -> dict[str, Any]:
     probe = tmp / f"probe-{width}.html"
     probe.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"), encoding="utf-8")
     done = _run([f"--window-size={width},{HEIGHT}", "--dump-dom", probe.as_uri()], tmp / f"profile-dom-{width}")
     found = re.search(r"<pre id=\"layout-probe\">(.*?)</pre>", done.stdout, re.S)
     assert found, f"the probe wrote nothing; chromium said: {done.stderr[-2000:]}"
-    numbers: dict[str, object] = json.loads(unescape(found.group(1)))
+    numbers: dict[str, Any] = json.loads(unescape(found.group(1)))
     return numbers
 
 
@@ -126,3 +193,53 @@ def test_screenshots_for_people(page: Path, width: int, tmp_path: Path) -> None:
     if keep := os.environ.get(SCREENSHOT_DIR):
         Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, Path(keep) / shot.name)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_failing_cells_why_is_visible_without_scrolling(page: Path, width: int, tmp_path: Path) -> None:
+    """In the Cells table each cell that did not pass shows its why inside the visible part of the
+    page (not in a column scrolled off to the right), and no row is taller than a few lines; the
+    banner names each of them, expected failures included, with its why."""
+    layout = _layout(page, width, tmp_path)
+    rows = layout["rows"]
+    assert len(rows) >= 17 and any(r["id"] == MIXED for r in rows), rows
+    failing = [r for r in rows if r["verdict"] in NOT_OK]
+    assert {r["verdict"] for r in failing} >= {"fail", "error", "invalid", "expected-fail"}
+    for row in failing:
+        reason, clip = row["reason"], row["clip"]
+        assert reason is not None and row["text"].strip(), row
+        assert reason["width"] > 0 and clip["left"] - SLACK_PX <= reason["left"], row
+        assert reason["right"] <= clip["right"] + SLACK_PX, (width, row["id"], reason, clip)
+    for row in rows:
+        assert row["row"]["height"] <= MAX_ROW_LINES * row["line"] + 12, (width, row["id"], row["row"])
+    named = {item["id"]: item for item in layout["banner"]}
+    for row in failing:
+        item = named.get(row["id"])
+        assert item is not None, (row["id"], sorted(named))
+        assert item["box"]["right"] <= item["clip"]["right"] + SLACK_PX and len(item["text"]) > len(row["id"]) + 10
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_tile_says_its_verdict_inside_its_box(page: Path, width: int, tmp_path: Path) -> None:
+    layout = _layout(page, width, tmp_path)
+    tiles = layout["tiles"]
+    assert len(tiles) >= 17 and any(t["title"].startswith(MIXED + ":") for t in tiles)
+    for tile in tiles:
+        verdict = tile["title"].split(": ", 1)[1].split(".", 1)[0]
+        rect = tile["rect"]
+        assert verdict in " ".join(t["text"] for t in tile["texts"]), tile
+        for text in tile["texts"]:
+            box = text["box"]
+            inside = rect["left"] - SLACK_PX <= box["left"] and box["right"] <= rect["right"] + SLACK_PX
+            assert inside and rect["top"] - SLACK_PX <= box["top"] and box["bottom"] <= rect["bottom"] + SLACK_PX, (
+                width,
+                tile["title"][:60],
+                text,
+                rect,
+            )
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_chart_label_is_inside_its_canvas(page: Path, width: int, tmp_path: Path) -> None:
+    layout = _layout(page, width, tmp_path)
+    assert layout["outside"] == [], layout["outside"][:5]

@@ -3,8 +3,12 @@ people who run `make canary` without a Grafana: a banner that says why the run f
 heatmaps (each tile links to its cell's details), the per-cell numbers, what changed against the
 previous and the last good run with sparklines of the key metrics (canary.export.report.trends), the
 latency, throughput and GSM8K plots (invalid or corrupted cells hatched, never scaled to), and
-every cell's details. Readable from 900 px wide: wide tables scroll inside their own box, the
-charts scale down, long words wrap; tests/report/test_report_browser.py checks it in chromium."""
+every cell's details. With the per-request samples of the load runs (canary.export.report.requests)
+it draws each cell's latency distribution (p1-p99) and the time series of its load run. Colours mean
+one thing each (canary.core.svg.PALETTE for data, canary.judge.verdicts for verdicts; a legend says
+which). Readable from 900 px wide: each cell's why sits left of the numbers (visible without
+scrolling, a few lines long), wide tables scroll inside their own box, the charts scale down and
+their labels are cut to stay inside them; tests/report/test_report_browser.py checks it in chromium."""
 
 from __future__ import annotations
 
@@ -12,7 +16,21 @@ from html import escape
 from pathlib import Path
 
 from canary.core.atomic import write_atomic
-from canary.core.svg import BAR_COLORS, Bar, Tile, hbar_chart, heatmap, sparkline
+from canary.core.svg import (
+    BASELINE,
+    NOT_TO_SCALE_FILL,
+    NOT_TO_SCALE_STROKE,
+    OTHER_IMAGE,
+    REFERENCE_COLOR,
+    Bar,
+    Box,
+    Tile,
+    box_chart,
+    hbar_chart,
+    heatmap,
+    scatter,
+    sparkline,
+)
 from canary.export.report.grid import (
     DETAIL_COLUMNS,
     accuracy_interval,
@@ -27,6 +45,7 @@ from canary.export.report.grid import (
     sections,
 )
 from canary.export.report.outcome import attempts_line, headline, not_passing, status_word, why
+from canary.export.report.requests import METRICS, PERCENTILES, Requests, load_requests
 from canary.export.report.trends import (
     KEY_METRICS,
     NO_PREVIOUS,
@@ -38,7 +57,7 @@ from canary.export.report.trends import (
     verdict_changed,
 )
 from canary.judge.results import LATENCIES, CellResult, RunResult
-from canary.judge.verdicts import OUTCOME_COLOR, VERDICT_COLOR
+from canary.judge.verdicts import BY_NAME, OUTCOME_COLOR, VERDICT_COLOR
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#212121;max-width:1400px}
@@ -46,7 +65,8 @@ h1{font-size:22px;overflow-wrap:anywhere}h2{font-size:18px;margin-top:32px;borde
 h3{font-size:15px;overflow-wrap:anywhere}p,li{overflow-wrap:anywhere}
 .scroll{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #e0e0e0;padding:3px 6px;text-align:left;
-vertical-align:top}th{background:#f5f5f5}td.reason{min-width:16em}td:first-child{min-width:14em}td.num{white-space:nowrap}
+vertical-align:top}th{background:#f5f5f5}td.reason{min-width:22em;max-width:30em}td:first-child{min-width:17em}
+td.num{white-space:nowrap}
 .v{color:#fff;padding:1px 6px;border-radius:3px;white-space:nowrap}
 .grid{display:flex;flex-wrap:wrap;gap:16px}.grid>svg,svg{max-width:100%;height:auto}
 pre{background:#f5f5f5;padding:8px;overflow-x:auto;font-size:12px;max-width:100%}
@@ -57,6 +77,8 @@ pre{background:#f5f5f5;padding:8px;overflow-x:auto;font-size:12px;max-width:100%
 .spark{display:inline-block;margin:0 10px 4px 0;font-size:11px;color:#546e7a;vertical-align:top}
 .spark svg{display:block}
 .cell{border-top:1px solid #e0e0e0;padding-top:4px}
+.swatch{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-1px;border:1px solid #90a4ae}
+table.pct td{text-align:right}
 """
 
 
@@ -73,12 +95,29 @@ def _link(result: CellResult) -> str:
     return f"<a href='#{escape(anchor(result.cell.id))}'>{_cell_id(result.cell.id)}</a>"
 
 
+def _why(result: CellResult) -> str:
+    """Why a cell has its verdict, in a few words: outcome.why; a pass says so (not its summaries),
+    an expected failure what the config says it expects (a sentence written to be read whole)."""
+    if result.verdict == "pass":
+        return BY_NAME["pass"].meaning
+    if result.verdict == "expected-fail" and result.cell.expect is not None:
+        return result.cell.expect.reason
+    return why(result)
+
+
 def _banner(run: RunResult, trends: Trends) -> str:
-    """The outcome in one line, then every cell that kept the run from passing with why (linked)."""
+    """The outcome in one line, then every cell that kept the run from passing with why (linked),
+    then every cell that failed as expected with why (what the config expects is a finding too)."""
     items = "".join(
-        f"<li>{_link(result)} {_badge(result.verdict)} {escape(why(result))}</li>" for result in not_passing(run)
+        f"<li>{_link(result)} {_badge(result.verdict)} {escape(_why(result))}</li>" for result in not_passing(run)
     )
     listed = f"<ul>{items}</ul>" if items else ""
+    expected = [r for r in run.cells if r.verdict == "expected-fail"]
+    if expected:
+        known = "".join(f"<li>{_link(r)} {_badge(r.verdict)} {escape(_why(r))}</li>" for r in expected)
+        listed += (
+            f"<p class='note'>Failed as the config expects ({len(expected)}):</p><ul class='expected'>{known}</ul>"
+        )
     if trends.note:
         history = trends.note
     elif trends.runs_read:
@@ -100,7 +139,8 @@ def _heatmaps(run: RunResult) -> str:
             tiles[key] = [
                 Tile(
                     color=VERDICT_COLOR[e.verdict],
-                    text=(e.variant or e.verdict)[:20],
+                    text=e.verdict,
+                    sub=e.variant,
                     tooltip=f"{e.result.cell.id}: {e.verdict}. {e.result.reason}",
                     href=f"#{anchor(e.result.cell.id)}",
                 )
@@ -114,9 +154,33 @@ def _heatmaps(run: RunResult) -> str:
     )
 
 
+def _image_color(run: RunResult, result: CellResult) -> str:
+    """A cell's data colour: the baseline image's, or another image's (PALETTE)."""
+    return BASELINE.color if result.cell.image == (run.baseline_image or result.cell.image) else OTHER_IMAGE.color
+
+
+def _swatch(color: str, meaning: str, style: str = "") -> str:
+    return f"<span><span class='swatch' style='background:{color}{style}'></span>{escape(meaning)}</span>"
+
+
+def _data_legend() -> str:
+    """What the data colours of the charts mean (the same in every chart)."""
+    hatch = f";background:repeating-linear-gradient(45deg,{NOT_TO_SCALE_FILL} 0 3px,{NOT_TO_SCALE_STROKE} 3px 5px)"
+    parts = [
+        _swatch(BASELINE.color, BASELINE.meaning),
+        _swatch(OTHER_IMAGE.color, OTHER_IMAGE.meaning),
+        _swatch(VERDICT_COLOR["fail"], "a check that failed (the fail verdict)"),
+        _swatch(
+            NOT_TO_SCALE_FILL, "hatched: not comparable (invalid, or a corrupted cell's speed), not to scale", hatch
+        ),
+        _swatch("#ffffff", "dashed line: a gate", f";border:1px dashed {REFERENCE_COLOR}"),
+    ]
+    return f"<p class='legend note'>{''.join(parts)}</p>"
+
+
 def _latency_charts(run: RunResult) -> str:
     charts = []
-    for index, (kind, words) in enumerate(LATENCIES.items()):
+    for kind, words in LATENCIES.items():
         bars = []
         for result in run.cells:
             p50 = number(result, "throughput", f"{kind}_p50_s")
@@ -131,12 +195,80 @@ def _latency_charts(run: RunResult) -> str:
                     low=p50 * 1000 if p99 is not None else None,
                     high=p99 * 1000 if p99 is not None else None,
                     tooltip=f"{result.cell.id} {kind}: p50 {fmt(p50, 's')}, p90 {fmt(p90, 's')}, p99 {fmt(p99, 's')}",
-                    color=BAR_COLORS[index % len(BAR_COLORS)],
+                    color=_image_color(run, result),
                     not_to_scale=not_to_scale(check_verdicts(result), "throughput"),
                 )
             )
         charts.append(hbar_chart(f"{kind.upper()} p50 (bar) to p99 (whisker): {words}", bars, "ms"))
     return "<div class='grid'>" + "".join(charts) + "</div>"
+
+
+DISTRIBUTED = ("ttft", "tpot", "e2e")
+"""The per-request metrics drawn as distributions (ITL pools token gaps: in the percentile tables)."""
+
+
+def _distributions(run: RunResult, requests: dict[str, Requests]) -> str:
+    """Per metric, one box plot per cell from its requests (p1-p99 whisker, p25-p75 box, median)."""
+    if not requests:
+        return ""
+    charts = []
+    for kind in DISTRIBUTED:
+        boxes = []
+        for result in run.cells:
+            found = requests.get(result.cell.id)
+            pct = found.percentiles(kind) if found else {}
+            if not pct:
+                continue
+            ms = {p: v * 1000 for p, v in pct.items()}
+            tip = ", ".join(f"p{p} {fmt(v, 's')}" for p, v in pct.items())
+            boxes.append(
+                Box(
+                    result.cell.id,
+                    ms[1],
+                    ms[25],
+                    ms[50],
+                    ms[75],
+                    ms[99],
+                    tooltip=f"{result.cell.id} {kind} of {len(found.values(kind)) if found else 0} requests: {tip}",
+                    color=_image_color(run, result),
+                    not_to_scale=not_to_scale(check_verdicts(result), "throughput"),
+                )
+            )
+        title = f"{METRICS[kind]} per request: p1 to p99 (whisker), p25 to p75 (box), median (line)"
+        charts.append(box_chart(title, boxes, "ms"))
+    series = []
+    for result in run.cells:
+        found = requests.get(result.cell.id)
+        points = [(t, v * 1000) for t, v in found.timeline("ttft")] if found else []
+        if points:
+            title = f"{result.cell.id}: TTFT of each request over the load run"
+            color = _image_color(run, result)
+            series.append(scatter(title, points, "s since the first request", "ms", color=color, label=result.cell.id))
+    return (
+        "<h3>Latency distributions, from every request of the load runs</h3>"
+        f"<div class='grid'>{''.join(charts)}</div>"
+        "<h3>Load runs over time: each request's TTFT when it was sent</h3>"
+        f"<div class='grid'>{''.join(series)}</div>"
+    )
+
+
+def _percentiles(found: Requests | None) -> str:
+    """A cell's table of per-request percentiles (aiperf's p1-p99) per metric."""
+    if found is None:
+        return ""
+    head = "".join(f"<th>p{p}</th>" for p in PERCENTILES)
+    rows = []
+    for kind, name in METRICS.items():
+        pct = found.percentiles(kind)
+        if pct:
+            cells = "".join(f"<td>{escape(fmt(pct[p], 's'))}</td>" for p in PERCENTILES)
+            rows.append(f"<tr><th>{name}</th>{cells}</tr>")
+    if not rows:
+        return ""
+    return (
+        f"<p>{len(found.samples)} measured requests:</p>"
+        f"<div class='scroll'><table class='pct'><tr><th></th>{head}</tr>{''.join(rows)}</table></div>"
+    )
 
 
 def _throughput_chart(run: RunResult) -> str:
@@ -146,7 +278,7 @@ def _throughput_chart(run: RunResult) -> str:
         if value is None:
             continue
         rps = number(result, "throughput", "requests_per_s")
-        color = BAR_COLORS[0] if result.cell.image == (run.baseline_image or result.cell.image) else BAR_COLORS[1]
+        color = _image_color(run, result)
         bars.append(
             Bar(
                 result.cell.id,
@@ -156,7 +288,7 @@ def _throughput_chart(run: RunResult) -> str:
                 not_to_scale=not_to_scale(check_verdicts(result), "throughput"),
             )
         )
-    return hbar_chart("Output tokens per second (pink: not the baseline image)", bars, "tok/s")
+    return hbar_chart("Output tokens per second", bars, "tok/s")
 
 
 def _accuracy_chart(run: RunResult) -> str:
@@ -179,13 +311,13 @@ def _accuracy_chart(run: RunResult) -> str:
                 high=number(result, "accuracy", "accuracy_wilson_high"),
                 tooltip=f"{result.cell.id}: {accuracy_interval(result)}"
                 + (f", gate {gate:.2f}" if gate is not None else ""),
-                color=VERDICT_COLOR["fail"] if failed else BAR_COLORS[0],
+                color=VERDICT_COLOR["fail"] if failed else _image_color(run, result),
                 not_to_scale=not_to_scale(check_verdicts(result), "accuracy"),
             )
         )
     reference = (next(iter(gates)), f"gate {next(iter(gates)):.2f}") if len(gates) == 1 else None
     return hbar_chart(
-        "GSM8K accuracy with its Wilson interval (red: the accuracy check failed)",
+        "GSM8K accuracy with its Wilson interval",
         bars,
         "accuracy",
         maximum=1.0,
@@ -195,17 +327,17 @@ def _accuracy_chart(run: RunResult) -> str:
 
 
 def _table(run: RunResult) -> str:
-    head = "".join(
-        f"<th>{escape(h)}</th>" for h in ("cell", "verdict", *(c.header for c in DETAIL_COLUMNS), "KV grain", "reason")
-    )
+    """Per cell its verdict and why (left, so visible at any width) and then its numbers."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in ("cell", "why", *(c.header for c in DETAIL_COLUMNS), "KV grain"))
     rows = []
     for result in run.cells:
         values = "".join(f"<td class='num'>{escape(cell_value(result, c))}</td>" for c in DETAIL_COLUMNS)
         rows.append(
-            f"<tr><td>{_link(result)}</td><td>{_badge(result.verdict)}</td>{values}"
-            f"<td>{escape(kv_grain(result))}</td><td class='reason'>{escape(result.reason)}</td></tr>"
+            f"<tr><td>{_link(result)}<br>{_badge(result.verdict)}</td>"
+            f"<td class='reason' title='{escape(result.reason)}'>{escape(_why(result))}</td>{values}"
+            f"<td>{escape(kv_grain(result))}</td></tr>"
         )
-    return f"<div class='scroll'><table><tr>{head}</tr>{''.join(rows)}</table></div>"
+    return f"<div class='scroll'><table class='cells'><tr>{head}</tr>{''.join(rows)}</table></div>"
 
 
 def _against(seen: Seen | None, result: CellResult) -> str:
@@ -240,8 +372,14 @@ def _sparks(result: CellResult, trend: CellTrend) -> str:
 
 
 def _changes(run: RunResult, trends: Trends) -> str:
+    """One row per cell the history knows; the cells it does not know are named once, in one line."""
+    known = [r for r in run.cells if trends.of(r.cell.id).previous is not None or trends.of(r.cell.id).recent]
+    new = [r for r in run.cells if r not in known]
+    if not known:
+        first = f"this is the first run of {run.config_name} in the history" if not trends.note else trends.note
+        return f"<p class='note'>{NO_PREVIOUS} for any of the {len(run.cells)} cells: {escape(first)}.</p>"
     rows = []
-    for result in run.cells:
+    for result in known:
         trend = trends.of(result.cell.id)
         rows.append(
             f"<tr><td>{_link(result)}<br>{_badge(result.verdict)}</td>"
@@ -249,11 +387,14 @@ def _changes(run: RunResult, trends: Trends) -> str:
             f"<td>{_sparks(result, trend)}</td></tr>"
         )
     head = "<tr><th>cell</th><th>vs previous run</th><th>vs last good run</th><th>recent runs</th></tr>"
+    unknown = (
+        f"<p class='note'>{NO_PREVIOUS} ({len(new)} new cells): {', '.join(_link(r) for r in new)}</p>" if new else ""
+    )
     return (
         "<p class='note'>Last good run: the newest earlier run where the cell passed or failed as expected. "
         "Sparklines: oldest left, this run the big dot; grey ticks: not comparable (invalid, or a "
         "corrupted cell's speed).</p>"
-        f"<div class='scroll'><table>{head}{''.join(rows)}</table></div>"
+        f"<div class='scroll'><table>{head}{''.join(rows)}</table></div>{unknown}"
     )
 
 
@@ -281,30 +422,49 @@ def _check_items(result: CellResult) -> str:
     return "".join(items)
 
 
-def _details(run: RunResult, trends: Trends) -> str:
-    """One section per cell (the grid's and the tables' links land here)."""
+def _expected(result: CellResult) -> str:
+    """What the config expects of a cell, when it expects something."""
+    expect = result.cell.expect
+    if expect is None:
+        return ""
+    checks = f" ({', '.join(expect.failing_checks)})" if expect.failing_checks else ""
+    return f"<p class='note'>expected {escape(expect.expect)}{escape(checks)}: {escape(expect.reason)}</p>"
+
+
+def _details(run: RunResult, trends: Trends, requests: dict[str, Requests]) -> str:
+    """One section per cell (the grid's and the tables' links land here): what the config expects,
+    the history, then each check (the cell's reason is made of their summaries: not repeated)."""
     parts = []
     for result in run.cells:
         trend = trends.of(result.cell.id)
         logs = " ".join(f"<a href='{escape(path)}'>{escape(role)}</a>" for role, path in sorted(result.logs.items()))
         checks = _check_items(result)
+        history = ""
+        if trend.previous is not None or trend.recent:
+            history = (
+                f"<p>vs previous run: {_against(trend.previous, result).replace('<br>', '; ')}<br>"
+                f"vs last good run: {_last_good(trend, result).replace('<br>', '; ')}</p>"
+            )
         parts.append(
             f"<section class='cell' id='{escape(anchor(result.cell.id))}'>"
             f"<h3>{_cell_id(result.cell.id)} {_badge(result.verdict)}</h3>"
-            f"<p>{escape(result.reason)}</p>"
-            f"<p>vs previous run: {_against(trend.previous, result).replace('<br>', '; ')}<br>"
-            f"vs last good run: {_last_good(trend, result).replace('<br>', '; ')}</p>"
+            + _expected(result)
+            + ("" if result.checks else f"<p>{escape(result.reason)}</p>")
+            + history
             + (f"<p>{_sparks(result, trend)}</p>" if trend.recent else "")
             + (f"<ul>{checks}</ul>" if checks else "")
+            + _percentiles(requests.get(result.cell.id))
             + (f"<p>logs: {logs}</p>" if logs else "")
             + "</section>"
         )
     return "".join(parts)
 
 
-def render(run: RunResult, trends: Trends | None = None) -> str:
-    """The HTML report of a run, compared with its history when trends are given."""
+def render(run: RunResult, trends: Trends | None = None, requests: dict[str, Requests] | None = None) -> str:
+    """The HTML report of a run, compared with its history when trends are given, with its latency
+    distributions when the per-request samples of its load runs are given."""
     trends = trends or Trends()
+    requests = requests or {}
     counts = " ".join(f"{_badge(v)} {n}" for v, n in sorted(run.counts().items()))
     finished = run.finished_at.isoformat(timespec="seconds") if run.finished_at else "not finished"
     return f"""<!DOCTYPE html>
@@ -319,14 +479,14 @@ def render(run: RunResult, trends: Trends | None = None) -> str:
 <h2>Matrix</h2>{_heatmaps(run)}
 <h2>Cells</h2>{_table(run)}
 <h2>Changes</h2>{_changes(run, trends)}
-<h2>Latency under load</h2>{_latency_charts(run)}
+<h2>Latency under load</h2>{_data_legend()}{_latency_charts(run)}{_distributions(run, requests)}
 <h2>Throughput</h2>{_throughput_chart(run)}
 <h2>GSM8K accuracy</h2>{_accuracy_chart(run)}
-<h2>Cell details</h2>{_details(run, trends)}
+<h2>Cell details</h2>{_details(run, trends, requests)}
 </body></html>
 """
 
 
 def write_html(run: RunResult, run_dir: Path, trends: Trends | None = None) -> Path:
-    """Write summary.html."""
-    return write_atomic(run_dir / "summary.html", render(run, trends))
+    """Write summary.html (with the per-request samples recorded under run_dir)."""
+    return write_atomic(run_dir / "summary.html", render(run, trends, load_requests(run, run_dir)))
