@@ -112,6 +112,9 @@ def test_dashboard_variables_list_the_runs_values(prom_stack: PromStack, pushed:
 
 
 QUERIES = dashboard_queries()
+EMPTY_IN_THE_SAMPLE = {
+    ("Failing and inconclusive cells by risk: CanaryCellFailing", "B"): "no inconclusive cell has a risk flag",
+}
 RULE_EXPRS = {name: normalized(expr) for name, expr in yaml_rules().items()}
 
 
@@ -128,6 +131,8 @@ def test_every_dashboard_panel_query_returns_its_series(prom_stack: PromStack, p
     expected_alerts = _expected_alerts(pushed.run)
     if not result and cited and not any(expected_alerts[name] for name in cited):
         return  # the cells of an alert the sample run does not fire (test_a_drifting_candidate_image_alerts)
+    if not result and (query.panel, query.ref) in EMPTY_IN_THE_SAMPLE:
+        return  # test_prom_gpu_matrix.py: the GPU matrix has them
     assert result, f"{query.dashboard} / {query.panel}: no data for {expr}"
     metric, matchers = primary_selector(expr)
     scoped = [(x, {**x.labels, "scope": pushed.scope, "job": JOB}) for x in pushed.samples]

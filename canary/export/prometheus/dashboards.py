@@ -56,6 +56,7 @@ from canary.export.prometheus import alerts
 from canary.export.prometheus import schema as s
 from canary.judge import verdicts
 from canary.judge.verdicts import VERDICT_COLOR
+from canary.plan.cell import HIGH_RISKS, RISKS
 
 DATASOURCE = gmodel.DataSourceRef(type_val="prometheus", uid="${datasource}")
 # Dashboard variables filtering cell metrics (name -> label), each listing only the values the ones
@@ -218,6 +219,10 @@ def _line(color: str) -> list[gmodel.DynamicConfigValue]:
         gmodel.DynamicConfigValue(id_val="custom.pointSize", value=12),
         gmodel.DynamicConfigValue(id_val="custom.lineWidth", value=0),
     ]
+
+
+def _fixed(color: str) -> list[gmodel.DynamicConfigValue]:
+    return [gmodel.DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": color})]
 
 
 DASHED = [gmodel.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [4, 4]})]
@@ -575,6 +580,28 @@ def overview() -> gdash.Dashboard:
                 U_CELLS,
                 _query(top(f"count by ({GROUPING}) ({inconclusive})"), GROUP_LEGEND),
             ).color_scheme(gdash.FieldColor().mode(gmodel.FieldColorModeId.FIXED).fixed_color(VERDICT_COLOR["invalid"]))
+        )
+        .with_panel(
+            _bars(
+                "Failing and inconclusive cells by risk: CanaryCellFailing",
+                "The planner's risk flags of the cells CanaryCellFailing fires for (A, its expression) and of the "
+                f"inconclusive cells (B): {', '.join(RISKS)}. High-risk classes, those that broke vLLM before: "
+                f"{', '.join(r for r in RISKS if r in HIGH_RISKS)}. A cell with two flags counts in both; cells "
+                "without a flag are not counted.",
+                U_CELLS,
+                _query(
+                    f"count by (risk) ({s.CELL_RISK.name}{selector()} and on (job, scope, cell) ({on_cells(failing)}))",
+                    "{{risk}} failing",
+                ),
+                _query(
+                    f"count by (risk) ({s.CELL_RISK.name}{selector()} and on (job, scope, cell) ({inconclusive}))",
+                    "{{risk}} inconclusive",
+                    ref="B",
+                ),
+                span=24,
+            )
+            .override_by_query("A", _fixed(VERDICT_COLOR["fail"]))
+            .override_by_query("B", _fixed(VERDICT_COLOR["invalid"]))
         )
         .with_row(gdash.Row("Matrix status: $image").repeat("image"))
         .with_panel(_matrix_panel())
