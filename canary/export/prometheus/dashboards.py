@@ -449,6 +449,9 @@ GROUPING = "topology, backend, prefill_block_size, decode_block_size"
 GROUP_LEGEND = "{{topology}} {{backend}} p{{prefill_block_size}}/d{{decode_block_size}}"
 
 
+SEVERITY_COLOR = {"critical": "red", "warning": "orange"}
+
+
 def _per_cell(expr: str) -> bool:
     """Whether an expression reads cell metrics (else only run-level ones)."""
     names = re.findall(r"\b(canary_[a-z0-9_]+)\b", expr)
@@ -463,7 +466,7 @@ def _alerts_now() -> gstat.Panel:
         queries.append(_query(f"count({scoped}) or vector(0)", rule.name, ref=chr(ord("A") + index)))
     critical = ", ".join(r.name for r in alerts.rules().values() if r.severity == "critical")
     warning = ", ".join(r.name for r in alerts.rules().values() if r.severity == "warning")
-    return (
+    panel = (
         _stat(
             "Alerts firing now",
             "How many cells (or canaries, for run-level rules) each alert rule fires for right now: every number is "
@@ -474,10 +477,18 @@ def _alerts_now() -> gstat.Panel:
             *queries,
             span=24,
         )
-        .thresholds(_steps((None, "green"), (1, "red")))
+        .thresholds(_steps((None, "green"), (1, SEVERITY_COLOR["critical"])))
         .color_mode(gcommon.BigValueColorMode.BACKGROUND)
         .text_mode(gcommon.BigValueTextMode.VALUE_AND_NAME)
     )
+    for index, rule in enumerate(alerts.rules().values()):
+        if rule.severity != "critical":  # a warning pages nobody: orange, not red
+            color = SEVERITY_COLOR.get(rule.severity, "orange")
+            steps = {"mode": "absolute", "steps": [{"color": "green", "value": None}, {"color": color, "value": 1}]}
+            panel = panel.override_by_query(
+                chr(ord("A") + index), [gmodel.DynamicConfigValue(id_val="thresholds", value=steps)]
+            )
+    return panel
 
 
 def overview() -> gdash.Dashboard:
