@@ -321,14 +321,17 @@ HISTORY_CHANGE_WORSE = _cell(
     "ratio",
     "metric",
 )
-# Rolling coverage (Kubernetes waves): every planned cell, checked tonight or not. A timestamp, not
-# an age, so the age stays true between runs: dashboards show time() - this.
+# Cell age: every cell the run checked (its start) and, in a rolling coverage (Kubernetes waves), every
+# planned cell, checked tonight or not. A timestamp, not an age, so the age stays true between runs:
+# dashboards show time() - this.
 CELL_LAST_CHECKED = _cell(
     "cell_last_checked_timestamp_seconds",
-    "When the cell's checks last ran (Unix time; age = time() - value). Every planned cell of a rotating "
-    "matrix, also those not run tonight; cells never checked have no series.",
+    "When the cell's checks last ran (Unix time; age = time() - value): every cell the run checked, and every "
+    "planned cell of a rotating matrix, also those not run tonight; cells never checked have no series.",
     "seconds",
 )
+LAST_CHECKED_SOURCE = "the cell's start, or the rotation state"
+"""Where canary_cell_last_checked_timestamp_seconds comes from (the metrics reference's *from*)."""
 COVERAGE_METRICS: tuple[MetricSpec, ...] = (CELL_LAST_CHECKED,)
 
 RUN_TIMESTAMP = MetricSpec(PREFIX + "run_timestamp_seconds", "When the last run finished (Unix time).", "seconds", ())
@@ -549,9 +552,14 @@ def samples(run: RunResult) -> list[Sample]:
     out = list(_run_samples(run))
     for result in run.cells:
         out.extend(_cell_samples(result))
+    covered = set()
     for seen in run.coverage:
         if seen.last_checked is not None:
+            covered.add(seen.cell.id)
             out.append(Sample(CELL_LAST_CHECKED.name, cell_labels(seen.cell), seen.last_checked.timestamp()))
+    for result in run.cells:  # a run without rotation state: its checked cells are as old as their start
+        if result.checks and result.cell.id not in covered:
+            out.append(Sample(CELL_LAST_CHECKED.name, cell_labels(result.cell), result.started_at.timestamp()))
     order = {
         spec.name: index
         for index, spec in enumerate((*RUN_METRICS, *CELL_METRICS, *(m.spec for m in CHECK_METRICS), *COVERAGE_METRICS))
@@ -608,7 +616,7 @@ def exposition(run: RunResult) -> bytes:
 def metrics_markdown() -> str:
     """The metric reference as a Markdown table, for docs/reference/metrics.md."""
     sources = {m.spec.name: f"`{m.check}`: `{m.key}`" for m in CHECK_METRICS}
-    sources[CELL_LAST_CHECKED.name] = "rotation state"
+    sources[CELL_LAST_CHECKED.name] = LAST_CHECKED_SOURCE
     for m in CHECK_METRICS:
         if m.extra:
             sources[m.spec.name] = f"`{m.check}`: `{m.key.replace(m.extra[0][1], '<' + m.extra[0][0] + '>')}`"
