@@ -5,7 +5,9 @@ dashboards is evaluated over Prometheus' HTTP API:
 - every query returns data (the synthetic matrix has every outcome a panel exists for);
 - a top-N panel returns at most N series, at an instant and over a range;
 - the failing-cells panel lists exactly the cells CanaryCellFailing fires for (the ALERTS series
-  Prometheus itself evaluated), and the alerts-firing panel's numbers are the firing sets' sizes;
+  Prometheus itself evaluated), every other query that is an alert's expression (the red points and
+  tables beside the charts) lists exactly that alert's firing set, and the alerts-firing panel's
+  numbers are the firing sets' sizes;
 - the inconclusive panel lists exactly the invalid and error cells, and the variables with job and
   scope chosen list only this run's values.
 
@@ -105,6 +107,18 @@ def _range_series(stack: PromStack, expr: str, seconds: int = 20) -> list[dict[s
     return result
 
 
+def _wait_firing(stack: PromStack) -> dict[str, set[str]]:
+    """Wait until every rule the matrix trips fires (not CanaryStale and CanaryRunInconclusive: the run is
+    fresh and FAILED), then the firing sets."""
+    expected = set(yaml_rules()) - {"CanaryStale", "CanaryRunInconclusive"}
+    stack.wait_for(
+        f'count by (alertname) (ALERTS{{alertstate="firing",scope="{SCOPE}"}})',
+        lambda r: {x["metric"]["alertname"] for x in r} == expected,
+        deadline_s=60,
+    )
+    return _firing(stack)
+
+
 def _firing(stack: PromStack) -> dict[str, set[str]]:
     """Alert name -> cells (or "" for run-level alerts) Prometheus fires for in this scope."""
     out: dict[str, set[str]] = {}
@@ -155,19 +169,34 @@ def test_alerts_firing_panel_counts_each_alerts_firing_set(prom_stack: PromStack
     rules = yaml_rules()
     panel = PANELS["Alerts firing now"]
     assert len(panel["targets"]) == len(rules)
-    # Every rule the matrix should trip is firing (CanaryStale and CanaryRunInconclusive: the run is fresh, FAILED).
-    expected_firing = set(rules) - {"CanaryStale", "CanaryRunInconclusive"}
-    prom_stack.wait_for(
-        f'count by (alertname) (ALERTS{{alertstate="firing",scope="{SCOPE}"}})',
-        lambda r: {x["metric"]["alertname"] for x in r} == expected_firing,
-        deadline_s=60,
-    )
-    firing = _firing(prom_stack)
+    firing = _wait_firing(prom_stack)
     for target in panel["targets"]:
         name = target["legendFormat"]
         assert normalized(rules[name]) in normalized(target["expr"]), name
         (result,) = _query(prom_stack, target["expr"])
         assert int(float(result["value"][1])) == len(firing.get(name, set())), name
+
+
+def test_every_panel_showing_an_alerts_series_shows_its_firing_set(prom_stack: PromStack, gpu_run: RunResult) -> None:
+    """A query that is an alert's expression kept to the variables returns exactly the cells the alert fires
+    for (the points and tables beside the charts: no NIXL bytes, below the accuracy gate, corrupt KV, drift)."""
+    rules = {name: normalized(expr) for name, expr in yaml_rules().items()}
+    firing = _wait_firing(prom_stack)
+    checked = set()
+    for query in QUERIES:
+        expr = normalized(query.expr)
+        for name, rule in rules.items():
+            if expr.startswith(f"({rule}) and on (job, scope, cell) "):
+                shown = {r["metric"]["cell"] for r in _query(prom_stack, query.expr)}
+                assert shown == firing[name], f"{query.panel} {query.ref}: {name}"
+                checked.add(name)
+    assert {
+        "CanaryCellFailing",
+        "CanaryPDWithoutKVTransfer",
+        "CanaryAccuracyBelowGate",
+        "CanaryKVFidelityBreach",
+        "CanaryImageDrift",
+    } <= checked
 
 
 @pytest.mark.parametrize("query", QUERIES, ids=[f"{q.dashboard}:{q.panel}:{q.ref}" for q in QUERIES])
