@@ -20,6 +20,14 @@ RISK_COMPRESSED_CACHE = "compressed-cache"
 RISK_MRV2_PD = "mrv2-pd"
 RISK_MIXED_PAIR = "mixed-pair"
 HIGH_RISKS = frozenset({RISK_KERNEL_SPLIT, RISK_PD_BLOCK_MISMATCH, RISK_COMPRESSED_CACHE, RISK_MIXED_PAIR})
+RISKS: tuple[str, ...] = (
+    RISK_KERNEL_SPLIT,
+    RISK_PD_BLOCK_MISMATCH,
+    RISK_COMPRESSED_CACHE,
+    RISK_MRV2_PD,
+    RISK_MIXED_PAIR,
+)
+"""Every risk flag the planner (canary.plan.matrix) gives a cell."""
 
 
 class Cell(BaseModel):

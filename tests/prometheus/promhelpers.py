@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from canary.config import CanaryConfig
+from canary.export.prometheus.dashboards import LIMIT_DEFAULT, LIMIT_VAR
 from canary.paths import REPO_ROOT
 from tests.support.sample import sample_config
 
@@ -167,9 +169,13 @@ def dashboard_variables() -> list[tuple[str, str, str]]:
     return out
 
 
-def interpolate(expr: str, scope: str) -> str:
-    """What Grafana sends with the scope chosen and every other variable at All."""
-    values = {"$scope": scope, "$percentile": "p50|p90|p99"}
+LIMIT = int(LIMIT_DEFAULT)
+"""The top-N panels' $limit as the dashboards' default."""
+
+
+def interpolate(expr: str, scope: str, job: str = ".*", limit: int = LIMIT) -> str:
+    """What Grafana sends with the scope (and job, top N) chosen and every other variable at All."""
+    values = {"$scope": scope, "$job": job, f"${LIMIT_VAR}": str(limit), "$percentile": "p50|p90|p99"}
     for var in ("$image", "$topology", "$model", "$backend"):
         values[var] = ".*"
     for var, value in values.items():
@@ -207,6 +213,12 @@ def matches(labels: dict[str, str], matchers: list[tuple[str, str, str]]) -> boo
 def without_identity(metric: dict[str, str]) -> dict[str, str]:
     """A result's labels without __name__ and the grouping/target labels."""
     return {k: v for k, v in metric.items() if k != "__name__" and k not in IDENTITY_LABELS}
+
+
+def yaml_rules() -> dict[str, str]:
+    """Alert name -> expression, read straight from the rules file (not through canary's loader)."""
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return {rule["alert"]: rule["expr"] for group in groups for rule in group["rules"]}
 
 
 # --------------------------------------------------------------------------- configs

@@ -7,16 +7,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from promhelpers import (
     JOB,
-    RULES,
+    LIMIT,
     PromStack,
     config_for,
     dashboard_queries,
@@ -26,10 +27,12 @@ from promhelpers import (
     matches,
     primary_selector,
     without_identity,
+    yaml_rules,
 )
 
 from canary.export.history.tracked import TRACKED
 from canary.export.prometheus import schema as s
+from canary.export.prometheus.alerts import normalized
 from canary.export.prometheus.publish import export_run
 from canary.judge.results import CellResult, RunResult
 from canary.judge.verdicts import DEFINITIVE_FAILURES
@@ -87,51 +90,89 @@ def test_every_pushed_series_is_in_prometheus_with_its_value(prom_stack: PromSta
 
 
 def test_dashboard_variables_list_the_runs_values(prom_stack: PromStack, pushed: Pushed) -> None:
+    """Each variable lists what the variables before it leave: with job and scope chosen, exactly the run's
+    values (other scopes' runs on the same Prometheus do not leak in)."""
     variables = dashboard_variables()
-    assert {name for _, name, _ in variables} == {"scope", "image", "topology", "model", "backend"}
+    assert {name for _, name, _ in variables} == {"job", "scope", "image", "topology", "model", "backend"}
     for board, name, query in variables:
-        metric, label = query.removeprefix("label_values(").removesuffix(")").split(", ")
+        found = re.fullmatch(r"label_values\((canary_[a-z0-9_]+)(\{[^}]*\})?, ([a-z_]+)\)", query)
+        assert found, (board, name, query)
+        metric, matchers, label = found[1], found[2] or "", found[3]
         assert metric in s.METRICS_BY_NAME, (board, name)
-        url = f"{prom_stack.prometheus_url}/api/v1/label/{label}/values?match[]={metric}"
+        match = interpolate(metric + matchers, pushed.scope, job=JOB)
+        url = f"{prom_stack.prometheus_url}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": match})
         values = set(json.loads(http_get(url))["data"])
-        expected = {x.labels[label] for x in pushed.samples if x.name == metric and label in x.labels}
-        if label == "scope":
-            expected = {pushed.scope}
-        assert expected and expected <= values, (board, name, values)
+        if label == "job":
+            assert JOB in values, (board, name, values)
+        elif label == "scope":
+            assert pushed.scope in values, (board, name, values)
+        else:
+            expected = {x.labels[label] for x in pushed.samples if x.name == metric and label in x.labels}
+            assert expected and values == expected, (board, name, values)
 
 
 QUERIES = dashboard_queries()
+EMPTY_IN_THE_SAMPLE = {
+    ("Failing and inconclusive cells by risk: CanaryCellFailing", "B"): "no inconclusive cell has a risk flag",
+}
+RULE_EXPRS = {name: normalized(expr) for name, expr in yaml_rules().items()}
+
+
+def embedded_alerts(expr: str) -> set[str]:
+    """The alerts whose whole expression a panel query holds."""
+    return {name for name, rule in RULE_EXPRS.items() if rule in normalized(expr)}
 
 
 @pytest.mark.parametrize("query", QUERIES, ids=[f"{q.dashboard}:{q.panel}:{q.ref}" for q in QUERIES])
 def test_every_dashboard_panel_query_returns_its_series(prom_stack: PromStack, pushed: Pushed, query: Any) -> None:
-    expr = interpolate(query.expr, pushed.scope)
+    expr = interpolate(query.expr, pushed.scope, job=JOB)
     result = prom_stack.query(expr)
+    cited = embedded_alerts(query.expr)
+    expected_alerts = _expected_alerts(pushed.run)
+    if not result and cited and not any(expected_alerts[name] for name in cited):
+        return  # the cells of an alert the sample run does not fire (test_a_drifting_candidate_image_alerts)
+    if not result and (query.panel, query.ref) in EMPTY_IN_THE_SAMPLE:
+        return  # test_prom_gpu_matrix.py: the GPU matrix has them
     assert result, f"{query.dashboard} / {query.panel}: no data for {expr}"
     metric, matchers = primary_selector(expr)
     scoped = [(x, {**x.labels, "scope": pushed.scope, "job": JOB}) for x in pushed.samples]
     selected = [x for x, labels in scoped if x.name == metric and matches(labels, matchers)]
     assert selected, f"the run has no series for {metric} {matchers}"
-    if all("cell" in r["metric"] for r in result):
-        got_cells = {r["metric"]["cell"] for r in result}
-        want_cells = {x.labels["cell"] for x in selected}
-        if "unless on" in expr:  # the candidate/baseline ratio: candidate cells with a baseline twin
-            baseline = pushed.run.baseline_image
-            want_cells = {x.labels["cell"] for x in selected if x.labels["image"] != baseline}
+    if not all("cell" in r["metric"] for r in result):
+        return
+    got_cells = {r["metric"]["cell"] for r in result}
+    want_cells = {x.labels["cell"] for x in selected if "cell" in x.labels}
+    limited = "topk(" in expr or "bottomk(" in expr
+    if limited:
+        assert len(result) <= LIMIT, f"{query.panel}: {len(result)} series > top {LIMIT}"
+    if len(cited) == 1 and not limited and "count" not in expr:
+        (name,) = cited
+        if expr.startswith("("):  # the alert's own series, kept to the variables
+            assert got_cells == expected_alerts[name], f"{query.panel}: {expr}"
+            return
+    if "unless on" in expr:  # the candidate/baseline ratio: candidate cells with a baseline twin
+        baseline = pushed.run.baseline_image
+        tps = s.OUTPUT_TOKENS_PER_S.name
+        want_cells = {x.labels["cell"] for x in pushed.samples if x.name == tps and x.labels["image"] != baseline}
+    if limited or " and on " in expr or ">=" in expr:
+        assert got_cells <= want_cells, f"{query.panel}: {expr}"
+    else:
         assert got_cells == want_cells, f"{query.panel}: {expr}"
 
 
 def test_panel_values_that_people_read(prom_stack: PromStack, pushed: Pushed) -> None:
     by_panel = {q.panel: q.expr for q in QUERIES}
-    since = prom_stack.query(interpolate(by_panel["Since the last run"], pushed.scope))
-    assert 0 <= _value(since[0]) < 600
-    counts = prom_stack.query(interpolate(by_panel["Cells by verdict"], pushed.scope))
+    since = prom_stack.query(interpolate(by_panel["Since the last run"], pushed.scope, job=JOB))
+    assert len(since) == 1 and 0 <= _value(since[0]) < 600
+    counts = prom_stack.query(interpolate(by_panel["Cells by verdict"], pushed.scope, job=JOB))
     assert {r["metric"]["verdict"]: _value(r) for r in counts if _value(r)} == {
         k: float(v) for k, v in pushed.run.counts().items()
     }
     ratios = {
         r["metric"]["cell"]: _value(r)
-        for r in prom_stack.query(interpolate(by_panel["Candidate / baseline output tokens per second"], pushed.scope))
+        for r in prom_stack.query(
+            interpolate(by_panel["Candidate / baseline output tokens per second"], pushed.scope, job=JOB)
+        )
     }
     assert ratios["agg.cpu_attn.b32.auto.v1.candidate"] == pytest.approx(0.55)
     assert ratios["agg.cpu_attn.b128.auto.v1.candidate"] == pytest.approx(1.0)
@@ -197,8 +238,7 @@ def _expected_alerts(run: RunResult) -> dict[str, set[str]]:
 
 
 def _rules() -> dict[str, str]:
-    groups = yaml.safe_load(RULES.read_text())["groups"]
-    return {rule["alert"]: rule["expr"] for group in groups for rule in group["rules"]}
+    return yaml_rules()
 
 
 def test_every_alert_expression_returns_exactly_the_cells_it_should(prom_stack: PromStack, pushed: Pushed) -> None:

@@ -18,10 +18,13 @@ from canary.core import metric_keys as k
 
 FORCED_KL_GATE = "forced-kl"
 FORCED_ABS_DLOGPROB_GATE = "forced-abs-dlogprob"
+OVER_FLOOR_LIMIT = 1.0
+"""An over_floor value at the gate's threshold: beyond it a prompt exceeds the engine's own noise
+(what the dashboards draw as the threshold line of every *_over_floor series)."""
 
 
 def over_floor(value: float, threshold: float) -> float:
-    """`value` as a multiple of a gate threshold (above 1: beyond the noise floor); inf when the
+    """`value` as a multiple of a gate threshold (above OVER_FLOOR_LIMIT, 1: beyond the noise floor); inf when the
     threshold is 0 and the value is not (exporters drop non-finite numbers)."""
     if threshold > 0:
         return value / threshold

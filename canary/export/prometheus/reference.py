@@ -32,7 +32,7 @@ def _sources() -> dict[str, str]:
         for label, value in m.extra:  # one row per metric: the label's value becomes <label>
             key = key.replace(value, f"<{label}>")
         out.setdefault(m.spec.name, f"`{m.check}`: `{key}`")
-    out[s.CELL_LAST_CHECKED.name] = "rotation state"
+    out[s.CELL_LAST_CHECKED.name] = s.LAST_CHECKED_SOURCE
     return out
 
 

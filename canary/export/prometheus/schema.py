@@ -26,8 +26,9 @@ image               image key of the config (``baseline``, ``patched``)
 ==================  ==========================================================================
 
 plus, where relevant: ``check`` (startup, parity, accuracy, throughput, kv_transfer, deploy),
-``verdict`` (one of the 8 verdicts), ``percentile`` (p50, p90, p99) and ``failure_class`` (a
-name of the failure-signature catalog, ``unclassified`` otherwise). Run metrics carry
+``verdict`` (one of the 8 verdicts), ``percentile`` (p50, p90, p99), ``risk`` (a risk flag of the
+planner) and ``failure_class`` (a name of the failure-signature catalog, ``unclassified``
+otherwise). Run metrics carry
 ``config``, ``platform``, ``target``, ``canary_version`` (``canary_run_info``) and
 ``image``, ``image_ref``, ``baseline`` (``canary_image_info``). The Pushgateway adds its grouping
 key ``job`` and ``scope``; no metric defines labels of those names (the grouping key would
@@ -37,8 +38,8 @@ Cardinality
 -----------
 Bounded by the config, never by time: there is no run id, timestamp, URL or free text in any
 label (the parity metrics are per cell: no prompt text, length or fingerprint in any label). A run
-exposes at most ``SERIES_PER_CELL`` (76) series per cell plus ~15 run series: the CPU default
-(9 cells) < 700 series, a 500-cell GPU matrix < 40k (a cell has only its topology's share: P/D
+exposes at most ``SERIES_PER_CELL`` (81) series per cell plus ~15 run series: the CPU default
+(9 cells) < 750 series, a 500-cell GPU matrix < 41k (a cell has only its topology's share: P/D
 cells no drift series, aggregated cells no P/D fidelity series). Every push replaces the whole
 group, so series of cells no longer in the matrix disappear with the next run. ``verdict`` and
 ``failure_class`` series exist only for the current value (one series per cell), so a change of
@@ -68,7 +69,7 @@ from canary.export.history.tracked import TRACKED, TRACKED_CHECK
 from canary.judge import verdicts
 from canary.judge.results import LATENCIES as LATENCIES
 from canary.judge.results import CellResult, CheckResult, RunResult
-from canary.plan.cell import Cell
+from canary.plan.cell import RISKS, Cell
 
 PREFIX = "canary_"
 
@@ -145,6 +146,14 @@ CELL_STATUS = _cell(
     "The cell's verdict as a number ("
     + ", ".join(f"{code} {verdict}" for verdict, code in VERDICT_CODES.items())
     + "): higher is worse.",
+)
+CELL_RISK = _cell(
+    "cell_risk_info",
+    "1 per risk flag the planner gave the cell (label risk: "
+    + ", ".join(RISKS)
+    + "); a cell without one has no series.",
+    "",
+    "risk",
 )
 CELL_DURATION = _cell("cell_duration_seconds", "Wall time of the cell: deploy, checks, teardown.", "seconds")
 CHECK_VERDICT = _cell(
@@ -312,14 +321,17 @@ HISTORY_CHANGE_WORSE = _cell(
     "ratio",
     "metric",
 )
-# Rolling coverage (Kubernetes waves): every planned cell, checked tonight or not. A timestamp, not
-# an age, so the age stays true between runs: dashboards show time() - this.
+# Cell age: every cell the run checked (its start) and, in a rolling coverage (Kubernetes waves), every
+# planned cell, checked tonight or not. A timestamp, not an age, so the age stays true between runs:
+# dashboards show time() - this.
 CELL_LAST_CHECKED = _cell(
     "cell_last_checked_timestamp_seconds",
-    "When the cell's checks last ran (Unix time; age = time() - value). Every planned cell of a rotating "
-    "matrix, also those not run tonight; cells never checked have no series.",
+    "When the cell's checks last ran (Unix time; age = time() - value): every cell the run checked, and every "
+    "planned cell of a rotating matrix, also those not run tonight; cells never checked have no series.",
     "seconds",
 )
+LAST_CHECKED_SOURCE = "the cell's start, or the rotation state"
+"""Where canary_cell_last_checked_timestamp_seconds comes from (the metrics reference's *from*)."""
 COVERAGE_METRICS: tuple[MetricSpec, ...] = (CELL_LAST_CHECKED,)
 
 RUN_TIMESTAMP = MetricSpec(PREFIX + "run_timestamp_seconds", "When the last run finished (Unix time).", "seconds", ())
@@ -399,6 +411,7 @@ for _m in CHECK_METRICS:
 CELL_METRICS: tuple[MetricSpec, ...] = (
     CELL_VERDICT,
     CELL_STATUS,
+    CELL_RISK,
     CELL_DURATION,
     CHECK_VERDICT,
     CHECK_STATUS,
@@ -427,8 +440,8 @@ ALL_METRICS: tuple[MetricSpec, ...] = _all_specs()
 METRICS_BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in ALL_METRICS}
 # Upper bound of series one cell can produce (for the cardinality estimate above).
 # 4 cell series (verdict, status, duration, failure), 3 per check (6 check names), the check numbers,
-# the last-checked time.
-SERIES_PER_CELL = 4 + 3 * 6 + len(CHECK_METRICS) + len(COVERAGE_METRICS)
+# the last-checked time, one per risk flag.
+SERIES_PER_CELL = 4 + 3 * 6 + len(CHECK_METRICS) + len(COVERAGE_METRICS) + len(RISKS)
 
 
 # --------------------------------------------------------------------------- samples
@@ -473,6 +486,8 @@ def _cell_samples(result: CellResult) -> Iterator[Sample]:
     base = cell_labels(result.cell)
     yield Sample(CELL_VERDICT.name, {**base, "verdict": result.verdict}, 1.0)
     yield Sample(CELL_STATUS.name, base, float(VERDICT_CODES[result.verdict]))
+    for risk in dict.fromkeys(result.cell.risks):
+        yield Sample(CELL_RISK.name, {**base, "risk": risk}, 1.0)
     if result.checks:
         yield Sample(CELL_DURATION.name, base, result.duration_s)
     for check in result.checks:
@@ -537,9 +552,14 @@ def samples(run: RunResult) -> list[Sample]:
     out = list(_run_samples(run))
     for result in run.cells:
         out.extend(_cell_samples(result))
+    covered = set()
     for seen in run.coverage:
         if seen.last_checked is not None:
+            covered.add(seen.cell.id)
             out.append(Sample(CELL_LAST_CHECKED.name, cell_labels(seen.cell), seen.last_checked.timestamp()))
+    for result in run.cells:  # a run without rotation state: its checked cells are as old as their start
+        if result.checks and result.cell.id not in covered:
+            out.append(Sample(CELL_LAST_CHECKED.name, cell_labels(result.cell), result.started_at.timestamp()))
     order = {
         spec.name: index
         for index, spec in enumerate((*RUN_METRICS, *CELL_METRICS, *(m.spec for m in CHECK_METRICS), *COVERAGE_METRICS))
@@ -596,7 +616,7 @@ def exposition(run: RunResult) -> bytes:
 def metrics_markdown() -> str:
     """The metric reference as a Markdown table, for docs/reference/metrics.md."""
     sources = {m.spec.name: f"`{m.check}`: `{m.key}`" for m in CHECK_METRICS}
-    sources[CELL_LAST_CHECKED.name] = "rotation state"
+    sources[CELL_LAST_CHECKED.name] = LAST_CHECKED_SOURCE
     for m in CHECK_METRICS:
         if m.extra:
             sources[m.spec.name] = f"`{m.check}`: `{m.key.replace(m.extra[0][1], '<' + m.extra[0][0] + '>')}`"

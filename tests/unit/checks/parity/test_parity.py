@@ -40,6 +40,7 @@ from canary.checks.parity.gates import (
     locate,
     token_gate,
 )
+from canary.checks.parity.metrics import OVER_FLOOR_LIMIT, over_floor
 from canary.checks.parity.prompts import ParityPrompt, build_prompts
 from canary.checks.parity.reference import GEN_NULL_ARMS, Reference, judge_evidence, reference_from_evidence
 from canary.config import ParityCheckConfig
@@ -417,3 +418,14 @@ def test_too_few_evidence_prompts_make_the_check_invalid_never_pass() -> None:
     assert result.summary.startswith("inconclusive: only 1/4 prompts") and "rejected: altering" in result.summary
     refs[1].evidence = refs[2].evidence = True
     assert _invalid(refs, settings, {}) is None
+
+
+def test_over_floor_limit_is_where_the_gate_starts_exceeding() -> None:
+    """The dashboards draw OVER_FLOOR_LIMIT as the threshold line of every *_over_floor series: a value at
+    the gate's threshold is exactly the limit and does not exceed; just above it exceeds."""
+    gate = floor_gate("kl", [0.0], [0.01, 0.02], margin=3.0, tolerance=1e-4, alpha=0.05)
+    at, above = gate.threshold, gate.threshold * 1.001
+    assert over_floor(at, gate.threshold) == OVER_FLOOR_LIMIT
+    assert floor_gate("kl", [at], [0.01, 0.02], margin=3.0, tolerance=1e-4, alpha=0.05).exceeding == []
+    assert over_floor(above, gate.threshold) > OVER_FLOOR_LIMIT
+    assert floor_gate("kl", [above], [0.01, 0.02], margin=3.0, tolerance=1e-4, alpha=0.05).exceeding == [0]

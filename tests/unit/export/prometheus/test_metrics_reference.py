@@ -36,7 +36,7 @@ def test_labels_and_sources() -> None:
     assert rows["canary_ttft_seconds"][2:4] == ["cell labels + `percentile`", "`throughput`: `ttft_<percentile>_s`"]
     assert rows["canary_history_change_worse_ratio"][3] == "`throughput`: `<metric>_change_worse_ratio`"
     assert rows["canary_run_info"][2] == "`config`, `platform`, `target`, `canary_version`"
-    assert rows["canary_cell_last_checked_timestamp_seconds"][3] == "rotation state"
+    assert rows["canary_cell_last_checked_timestamp_seconds"][3] == "the cell's start, or the rotation state"
     assert rows["canary_run_duration_seconds"][2:4] == ["-", "run / verdicts"]
 
 

@@ -232,3 +232,14 @@ def test_metrics_markdown_documents_every_metric() -> None:
         assert f"| `{spec.name}` |" in table
     assert "| `canary_ttft_seconds` | `percentile` | `throughput`: `ttft_<percentile>_s` |" in table
     assert f"({s.SERIES_PER_CELL})" in s.__doc__  # type: ignore[operator]
+
+
+def test_every_checked_cell_has_an_age_also_without_rotation(run: RunResult) -> None:
+    """A run without rotation state (not Kubernetes waves): each cell it checked is as old as its start,
+    so the dashboards' cell-age panels work for every target."""
+    plain = run.model_copy(update={"coverage": []})
+    ages = {x.labels["cell"]: x.value for x in s.samples(plain) if x.name == s.CELL_LAST_CHECKED.name}
+    checked = {c.cell.id: c.started_at.timestamp() for c in run.cells if c.checks}
+    assert ages == checked and len(checked) < len(run.cells)  # unsupported cells ran no check: no age
+    rotated = {x.labels["cell"]: x.value for x in s.samples(run) if x.name == s.CELL_LAST_CHECKED.name}
+    assert rotated == {c.cell.id: c.last_checked.timestamp() for c in run.coverage if c.last_checked}
