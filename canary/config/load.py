@@ -207,21 +207,21 @@ def validate_against_catalog(config: CanaryConfig, catalog: Catalog, source: str
             raise ConfigError(
                 source,
                 f"matrix.attention_backends.{index}",
-                f"unknown backend {backend!r}; expected one of {known_backends}",
+                f"unknown backend {backend!r}; expected one of {listing(known_backends)}",
             )
     for index, extra in enumerate(config.matrix.include):
         if extra.backend.upper() not in catalog.backends:
             raise ConfigError(
                 source,
                 f"matrix.include.{index}.backend",
-                f"unknown backend {extra.backend!r}; expected one of {known_backends}",
+                f"unknown backend {extra.backend!r}; expected one of {listing(known_backends)}",
             )
     for index, dtype in enumerate(config.matrix.kv_cache_dtypes):
         if dtype not in known_dtypes:
             raise ConfigError(
                 source,
                 f"matrix.kv_cache_dtypes.{index}",
-                f"unknown KV cache dtype {dtype!r}; expected one of {known_dtypes}",
+                f"unknown KV cache dtype {dtype!r}; expected one of {listing(known_dtypes)}",
             )
     if config.platform not in catalog.platforms:
         raise ConfigError(source, "platform", f"platform {config.platform!r} is not in the catalog")
