@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -161,3 +162,40 @@ def test_a_verdict_holm_changes_after_the_cell_is_reprinted_as_recorded(
     assert any(f"{cells[0].id} => FAIL" in line and "provisional" in line for line in lines), lines
     assert _last_cell_verdicts(lines) == {i: c["verdict"] for i, c in cells_json.items()}, "\n".join(lines)
     assert _last_check_verdicts(lines) == checks, "\n".join(lines)
+
+
+class SlowTarget(StandInTarget):
+    """A deployment that takes `deploy_s` to come up (the real ones take 16-60 s here)."""
+
+    def __init__(self, deploy_s: float) -> None:
+        super().__init__("http://127.0.0.1:9", "tiny")
+        self.deploy_s = deploy_s
+
+    @contextmanager
+    def deploy(self, cell: Cell, log_dir: Path) -> Iterator[Deployment]:
+        time.sleep(self.deploy_s)
+        with super().deploy(cell, log_dir) as deployment:
+            yield deployment
+
+
+def test_the_startup_line_and_duration_include_the_deploy_it_judged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`startup -> pass (0.0s)` followed a 16-26 s deploy: the check judges the deployment in no time."""
+    import canary.run.runner
+
+    def startup(ctx: object) -> CheckResult:
+        return CheckResult(name="startup", verdict="pass", summary="ready")
+
+    monkeypatch.setattr(canary.run.runner, "registered", lambda: {"startup": startup})
+    config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["matrix.expectations=[]"])
+    full = plan(config)
+    the_plan = full.model_copy(update={"cells": (next(c for c in full.cells if c.status == "planned"),)})
+    lines: list[str] = []
+    run = execute(config, the_plan, tmp_path / "run", target=SlowTarget(0.5), progress=lines.append)
+    check = run.cells[0].check("startup")
+    assert check is not None and check.duration_s >= 0.5
+    line = next(line for line in lines if ": startup -> pass (" in line)
+    took = re.search(r"\((\d+\.\d)s, of which deploy (\d+\.\d)s\)", line)
+    assert took is not None, line
+    assert float(took.group(1)) >= float(took.group(2)) >= 0.5
