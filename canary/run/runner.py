@@ -188,12 +188,15 @@ def verdict_line(result: CellResult) -> str:
     return f"{result.verdict.upper()} {result.reason}" + (pending if throughput and provisional(throughput) else "")
 
 
-def rejudge(run: RunResult, config: CanaryConfig, progress: Progress) -> None:
+def rejudge(run: RunResult, config: CanaryConfig, progress: Progress) -> list[CellResult]:
     """Family control over the run's per-request tests (canary.judge.request_tests), then each changed
-    cell's verdict re-derived and printed: a cell's last progress line is the verdict recorded."""
+    cell's verdict re-derived and printed: a cell's last progress line is the verdict recorded.
+    Returns the cells whose verdicts were re-derived."""
     was = {c.cell.id: check.verdict for c in run.cells if (check := c.check("throughput")) is not None}
-    for cell_id in sorted(apply_family_control(run.cells, config.checks.throughput.per_request)):
-        result = next(c for c in run.cells if c.cell.id == cell_id)
+    changed_ids = apply_family_control(run.cells, config.checks.throughput.per_request)
+    changed = [c for c in run.cells if c.cell.id in changed_ids]
+    for result in changed:
+        cell_id = result.cell.id
         result.verdict, result.reason = apply_expectation(result.cell, result.checks)
         now = result.check("throughput")
         progress(
@@ -201,6 +204,7 @@ def rejudge(run: RunResult, config: CanaryConfig, progress: Progress) -> None:
             "after Holm over the run's per-request tests"
         )
         progress(f"re-judged: {cell_id} => {result.verdict.upper()} {result.reason}")
+    return changed
 
 
 def execute(

@@ -19,13 +19,14 @@ from pathlib import Path
 import pytest
 
 from canary.config.load import load_config
-from canary.judge.results import CheckResult, Gate
+from canary.judge.results import CheckResult
 from canary.paths import CONFIGS_DIR
 from canary.plan.cell import Cell
 from canary.plan.matrix import plan
 from canary.run.orchestrate import write_results
 from canary.run.runner import execute
 from canary.targets.base import Deployment
+from tests.support.crafted import crafted_throughput
 from tests.support.scripted_server import ScriptedServer
 
 BASE, CAND = "agg.cpu_attn.b128.auto.v1.baseline", "agg.cpu_attn.b128.auto.v1.kernel32"
@@ -110,28 +111,6 @@ def test_the_line_readers_read_what_the_runner_prints(line: str, cell: str, verd
     assert _last_cell_verdicts([line]) == {cell: verdict}
 
 
-def _crafted_throughput(p_values: list[float], shift: float = 0.3) -> CheckResult:
-    """A throughput check with per-request comparisons of these p-values (provisional gates at 0.05)."""
-    from canary.judge.request_tests import gates_verdict
-
-    comparisons = [
-        {"metric": metric, "n_baseline": 100, "n_candidate": 100, "baseline_median": 1.0,
-         "candidate_median": 1.0 + shift, "p_value": p, "hl_shift": shift, "hl_low": shift / 2,
-         "hl_high": shift * 2, "confidence": 0.95}
-        for metric, p in zip(("ttft_s", "itl_mean_s", "e2e_s"), p_values, strict=True)
-    ]  # fmt: skip
-    gates = [Gate(name="error-rate", passed=True)] + [
-        Gate(name=f"per-request-{c['metric']}", passed=c["p_value"] >= 0.05, observed=shift) for c in comparisons
-    ]
-    return CheckResult(
-        name="throughput",
-        verdict=gates_verdict(gates),
-        summary="head",
-        gates=gates,
-        evidence={"per_request": {"baseline_cell": "b", "comparisons": comparisons}},
-    )
-
-
 def test_a_verdict_holm_changes_after_the_cell_is_reprinted_as_recorded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -147,7 +126,7 @@ def test_a_verdict_holm_changes_after_the_cell_is_reprinted_as_recorded(
     monkeypatch.setattr(
         canary.run.runner,
         "registered",
-        lambda: {"throughput": lambda ctx: _crafted_throughput(crafted[ctx.cell.id])},
+        lambda: {"throughput": lambda ctx: crafted_throughput(crafted[ctx.cell.id])},
     )
     the_plan = full.model_copy(update={"cells": tuple(cells)})
     lines: list[str] = []
