@@ -352,13 +352,13 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     config, the_plan = load_plan(args)
     if args.results_dir:
         config.export.results_dir = args.results_dir
-    if args.dry_run:
-        print(dry_run(config, the_plan, config_path=str(args.config)))
-        return EXIT_OK
     results_from = RESULTS_DIR_FLAG if args.results_dir else RESULTS_DIR_KEY
-    try:
+    try:  # what the target refuses (export.results_dir, target.devices): maybe a --set wrote it
+        if args.dry_run:
+            print(dry_run(config, the_plan, config_path=str(args.config)))
+            return EXIT_OK
         run = run_and_report(config, the_plan, config_path=str(args.config), console=console, results_from=results_from)
-    except ConfigError as exc:  # export.results_dir: maybe a --set
+    except ConfigError as exc:
         raise blame_overrides(exc, list(args.overrides)) from None
     return exit_code(run)
 
