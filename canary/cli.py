@@ -32,6 +32,7 @@ from rich.table import Table
 
 from canary.config import CanaryConfig
 from canary.config.load import blame_overrides, load_config
+from canary.core.words import closest, listing
 from canary.errors import CanaryError, ConfigError, UsageError
 from canary.export.history import cli as history_cli
 from canary.export.prometheus.publish import pushgateway_url
@@ -70,7 +71,40 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(EXIT_INTERRUPTED, "EXIT_INTERRUPTED", "interrupted (Ctrl-C)"),
 )
 """The exit codes as a table: `canary --help` and docs/reference/exit-codes.md are rendered from it."""
-EXIT_CODES_HELP = "exit codes:\n" + "\n".join(f"  {e.code:<4} {e.meaning}" for e in EXIT_CODES)
+MEANING: dict[int, str] = {e.code: e.meaning for e in EXIT_CODES}
+COMMON_EXITS: dict[int, str] = {
+    EXIT_OK: "done",
+    EXIT_FAILED_CELLS: "a canary error (named in one line)",
+    EXIT_USAGE: MEANING[EXIT_USAGE],
+    EXIT_INTERRUPTED: MEANING[EXIT_INTERRUPTED],
+}
+"""What every command exits with; COMMAND_EXITS adds or rewords a command's own."""
+COMMAND_EXITS: dict[str, dict[int, str]] = {
+    "run": {
+        EXIT_OK: MEANING[EXIT_OK],
+        EXIT_FAILED_CELLS: "FAILED: a cell failed (fail, unexpected-pass), or a canary error",
+        EXIT_INCONCLUSIVE: MEANING[EXIT_INCONCLUSIVE],
+    },
+    "catalog": {
+        EXIT_OK: "the catalog agrees with vLLM's source",
+        EXIT_FAILED_CELLS: "a difference from vLLM's source, or a canary error",
+    },
+}
+"""The exit codes only some commands use, and the commands whose 0 and 1 mean more than done / an error."""
+
+
+def command_exit_codes(command: str) -> dict[int, str]:
+    """code -> meaning, in code order, for one command's --help (only the codes it exits with)."""
+    merged = COMMON_EXITS | COMMAND_EXITS.get(command, {})
+    return {code: merged[code] for code in sorted(merged)}
+
+
+def exit_codes_help(codes: Mapping[int, str]) -> str:
+    """The `exit codes:` block of a --help."""
+    return "exit codes:\n" + "\n".join(f"  {code:<4} {meaning}" for code, meaning in codes.items())
+
+
+EXIT_CODES_HELP = exit_codes_help(MEANING)
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -107,12 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(p_plan)
     p_plan.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    p_run = sub.add_parser(
-        "run",
-        help="deploy and check every planned cell",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p_run = sub.add_parser("run", help="deploy and check every planned cell")
     _add_config_args(p_run)
     p_run.add_argument("--results-dir", help="override export.results_dir")
     p_run.add_argument("--dry-run", action="store_true", help="render commands/env/manifests, start nothing")
@@ -132,7 +161,19 @@ def build_parser() -> argparse.ArgumentParser:
     p_serve.add_argument("--port", type=int, default=9464, help="port (default: 9464)")
     history_cli.add_parsers(sub)
     catalog_check.add_parser(sub)
+    for command, command_parser in sub.choices.items():
+        _add_exit_codes(command_parser, exit_codes_help(command_exit_codes(command)))
     return parser
+
+
+def _add_exit_codes(parser: argparse.ArgumentParser, text: str) -> None:
+    """A command's exit codes under its --help, and under its subcommands' (history show, ...)."""
+    parser.epilog = text
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _add_exit_codes(child, text)
 
 
 def load_plan(args: argparse.Namespace) -> tuple[CanaryConfig, Plan]:
@@ -148,11 +189,21 @@ def load_plan(args: argparse.Namespace) -> tuple[CanaryConfig, Plan]:
         raise blame_overrides(exc, list(args.overrides)) from None
     the_plan = plan(config)
     if args.only:
+        ids = [c.id for c in the_plan.cells]
+        for prefix in args.only:
+            if not any(i.startswith(prefix) for i in ids):
+                raise UsageError(no_cell_matches(prefix, ids, str(args.config)))
         kept = tuple(c for c in the_plan.cells if any(c.id.startswith(p) for p in args.only))
-        if not kept:
-            raise UsageError(f"--only {args.only} matches no cell of {args.config}")
         the_plan = the_plan.model_copy(update={"cells": kept})
     return config, the_plan
+
+
+def no_cell_matches(prefix: str, ids: Sequence[str], config: str) -> str:
+    """An `--only` prefix no cell id starts with: where to find the ids, and the closest prefixes."""
+    depth = prefix.count(".") + 1
+    near = closest(prefix, (".".join(i.split(".")[:depth]) for i in ids), n=3, cutoff=0.5)
+    hint = f" (closest: {listing(near)})" if near else ""
+    return f"--only {prefix} matches no cell of {config}{hint}; list the cell ids with `canary plan {config}`"
 
 
 def plan_table(the_plan: Plan, gpus: dict[str, int] | None = None) -> Table:
@@ -301,13 +352,13 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     config, the_plan = load_plan(args)
     if args.results_dir:
         config.export.results_dir = args.results_dir
-    if args.dry_run:
-        print(dry_run(config, the_plan, config_path=str(args.config)))
-        return EXIT_OK
     results_from = RESULTS_DIR_FLAG if args.results_dir else RESULTS_DIR_KEY
-    try:
+    try:  # what the target refuses (export.results_dir, target.devices): maybe a --set wrote it
+        if args.dry_run:
+            print(dry_run(config, the_plan, config_path=str(args.config)))
+            return EXIT_OK
         run = run_and_report(config, the_plan, config_path=str(args.config), console=console, results_from=results_from)
-    except ConfigError as exc:  # export.results_dir: maybe a --set
+    except ConfigError as exc:
         raise blame_overrides(exc, list(args.overrides)) from None
     return exit_code(run)
 

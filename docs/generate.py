@@ -53,13 +53,20 @@ def exit_codes_page() -> str:
     rows = ["| code | constant | `canary --help` says |", "|---|---|---|"]
     rows += [f"| {e.code} | `{e.name}` | {e.meaning} |" for e in cli.EXIT_CODES]
     details = [f"- **{e.code}**: {text}" for e, text in zip(cli.EXIT_CODES, _exit_code_details(), strict=True)]
+    commands = ["| command | exits with (its `--help` lists these) |", "|---|---|"]
+    for command in cli.COMMANDS:
+        codes = "; ".join(f"**{code}** {meaning}" for code, meaning in cli.command_exit_codes(command).items())
+        commands.append(f"| `{command}` | {codes} |")
     return (
         "# Exit codes\n\n"
         "What `canary` (every subcommand; `make canary` passes it on) exits with, generated from the table "
         "`EXIT_CODES` in `canary/cli.py` and its docstring by `docs/generate.py`; a test fails when this page "
         "is stale.\n\n" + "\n".join(rows) + "\n\n## In detail\n\n" + "\n".join(details) + "\n\n"
         "A run's outcome line (`OK: ...`, `FAILED: ...`, `INCONCLUSIVE: ...`) says which; INCONCLUSIVE is "
-        "never a pass: see [Troubleshooting](../operations/troubleshooting.md).\n"
+        "never a pass: see [Troubleshooting](../operations/troubleshooting.md).\n\n"
+        "## By command\n\n"
+        "Each command's `--help` lists only the codes that command exits with (`COMMON_EXITS` and "
+        "`COMMAND_EXITS` in `canary/cli.py`):\n\n" + "\n".join(commands) + "\n"
     )
 
 

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from canary.config.base import PositiveInt, Probability, Strict
+from canary.core.words import listing
 
 
 class StartupCheckConfig(Strict):
@@ -255,7 +256,7 @@ class ThroughputCheckConfig(Strict):
         }
         unknown = [v for v in values if v not in known]
         if unknown:
-            raise ValueError(f"unknown metrics {unknown}; known: {sorted(known)}")
+            raise ValueError(f"unknown metrics {listing(unknown)}; known: {listing(sorted(known))}")
         return values
 
     @model_validator(mode="after")

@@ -10,6 +10,8 @@ brings the two together, so neither imports the other.
 
 from __future__ import annotations
 
+import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +22,13 @@ from canary.config import CanaryConfig
 from canary.config.catalog import Catalog, load_catalog
 from canary.config.lengths import check_lengths
 from canary.config.root import RefError
+from canary.core.words import by_closeness, listing
 from canary.core.yaml_model import read_yaml, validation_error
 from canary.errors import ConfigError
 from canary.images.patchseries import SeriesError, read_series
 from canary.images.table import check_image, find_series
 from canary.model.ref import is_builtin, unknown_builtin
+from canary.paths import CONFIGS_DIR, REPO_ROOT
 
 UNKNOWN_CONFIG_KEY_HINT = "check the spelling; see the config reference in docs/reference/config.md"
 
@@ -83,7 +87,7 @@ def validate_config(data: Any, source: str) -> CanaryConfig:
         ctx_error = first.get("ctx", {}).get("error")
         if isinstance(ctx_error, RefError):
             raise ConfigError(source, ctx_error.key_path, str(ctx_error)) from None
-        raise validation_error(source, exc, UNKNOWN_CONFIG_KEY_HINT) from None
+        raise validation_error(source, exc, UNKNOWN_CONFIG_KEY_HINT, CanaryConfig) from None
     validate_against_catalog(config, load_catalog(), source)
     validate_references(config, source)
     check_lengths(config, source)
@@ -93,7 +97,10 @@ def validate_config(data: Any, source: str) -> CanaryConfig:
 def load_config(path: str | Path, overrides: list[str] | None = None) -> CanaryConfig:
     """Read a YAML config file, apply `--set` overrides, validate."""
     source = str(path)
+    if not Path(path).is_file():
+        raise ConfigError(source, "", missing_config(Path(path)))
     data = read_yaml(Path(path))
+    in_file = copy.deepcopy(data)
     for text_override in overrides or []:
         parts, value = parse_override(text_override)
         if not isinstance(data, dict):
@@ -102,20 +109,62 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> CanaryC
     try:
         return validate_config(data, source)
     except ConfigError as exc:
-        raise blame_overrides(exc, overrides or []) from None
+        raise blame_overrides(exc, overrides or [], in_file) from None
 
 
-def blame_overrides(error: ConfigError, overrides: list[str]) -> ConfigError:
-    """The error with the `--set` overrides that wrote its key (or a key inside or above it) named."""
+def matrix_configs(directory: Path = CONFIGS_DIR) -> list[Path]:
+    """The matrix configs in a directory (YAML files with a top-level `matrix:`; not the catalogs)."""
+    return sorted(p for p in directory.glob("*.yaml") if re.search(r"^matrix:", p.read_text(encoding="utf-8"), re.M))
+
+
+def missing_config(path: Path) -> str:
+    """Why a config path cannot be read, with the configs of configs/ to pick from (the closest first)."""
+    names = by_closeness(path.name, [p.name for p in matrix_configs()])
+    where = CONFIGS_DIR.relative_to(REPO_ROOT) if Path.cwd() == REPO_ROOT else CONFIGS_DIR
+    problem = "not a file" if path.exists() else "file not found"
+    return f"{problem}; the configs in {where}/: {listing(names)}"
+
+
+def _override_key(text: str) -> list[str]:
+    return text.split("=", 1)[0].strip().split(".")
+
+
+def _has_path(data: Any, parts: list[str]) -> bool:
+    node = data
+    for part in parts:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return True
+
+
+def blame_overrides(error: ConfigError, overrides: list[str], in_file: Any = None) -> ConfigError:
+    """The error with the `--set` overrides that wrote its key (or a key inside or above it) named.
+
+    An override that wrote the key or a key above it, or a key inside one the file does not have
+    (`in_file`: the file's data before the overrides), is the error's source: `--set KEY=VALUE: key:
+    message`; the file is not at fault. An override inside a key the file has (or may have: no
+    `in_file`) is named after the message: `(set by --set ...)`."""
     where = error.key_path.split(".") if error.key_path else []
-    blamed = []
-    for text in overrides:
-        parts = text.split("=", 1)[0].strip().split(".")
-        if where and (parts[: len(where)] == where or where[: len(parts)] == parts):
-            blamed.append(text)
-    if not blamed:
+    if not where:
         return error
-    named = ", ".join(f"--set {text}" for text in blamed)
+    sources, involved = [], []
+    for text in overrides:
+        parts = _override_key(text)
+        if where[: len(parts)] == parts or (
+            parts[: len(where)] == where and in_file is not None and not _has_path(in_file, where)
+        ):
+            sources.append(text)
+        elif parts[: len(where)] == where:
+            involved.append(text)
+    if sources:
+        return ConfigError(", ".join(f"--set {text}" for text in sources), error.key_path, error.message)
+    if not involved:
+        return error
+    named = ", ".join(f"--set {text}" for text in involved)
     first, *rest = error.message.split("\n", 1)
     return ConfigError(error.source, error.key_path, "\n".join([f"{first} (set by {named})", *rest]))
 
@@ -158,21 +207,21 @@ def validate_against_catalog(config: CanaryConfig, catalog: Catalog, source: str
             raise ConfigError(
                 source,
                 f"matrix.attention_backends.{index}",
-                f"unknown backend {backend!r}; expected one of {known_backends}",
+                f"unknown backend {backend!r}; expected one of {listing(known_backends)}",
             )
     for index, extra in enumerate(config.matrix.include):
         if extra.backend.upper() not in catalog.backends:
             raise ConfigError(
                 source,
                 f"matrix.include.{index}.backend",
-                f"unknown backend {extra.backend!r}; expected one of {known_backends}",
+                f"unknown backend {extra.backend!r}; expected one of {listing(known_backends)}",
             )
     for index, dtype in enumerate(config.matrix.kv_cache_dtypes):
         if dtype not in known_dtypes:
             raise ConfigError(
                 source,
                 f"matrix.kv_cache_dtypes.{index}",
-                f"unknown KV cache dtype {dtype!r}; expected one of {known_dtypes}",
+                f"unknown KV cache dtype {dtype!r}; expected one of {listing(known_dtypes)}",
             )
     if config.platform not in catalog.platforms:
         raise ConfigError(source, "platform", f"platform {config.platform!r} is not in the catalog")

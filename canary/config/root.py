@@ -12,6 +12,7 @@ from canary.config.export import ExportConfig
 from canary.config.matrix import MatrixSpec
 from canary.config.models import ImageSpec, ModelSpec
 from canary.config.targets import UCX_CUDA_TRANSPORTS, TargetConfig
+from canary.core.words import listing
 
 
 class CanaryConfig(Strict):
@@ -33,12 +34,16 @@ class CanaryConfig(Strict):
         image_keys = set(self.images)
         for index, image in enumerate(self.matrix.images or []):
             if image not in image_keys:
-                raise RefError(f"matrix.images.{index}", f"unknown image {image!r}; defined: {sorted(image_keys)}")
+                raise RefError(
+                    f"matrix.images.{index}", f"unknown image {image!r}; defined: {listing(sorted(image_keys))}"
+                )
         if self.baseline_image is not None and self.baseline_image not in image_keys:
-            raise RefError("baseline_image", f"unknown image {self.baseline_image!r}; defined: {sorted(image_keys)}")
+            raise RefError(
+                "baseline_image", f"unknown image {self.baseline_image!r}; defined: {listing(sorted(image_keys))}"
+            )
         model_names = [m.name for m in self.models]
         if len(set(model_names)) != len(model_names):
-            raise RefError("models", f"duplicate model names {model_names}")
+            raise RefError("models", f"duplicate model names {listing(model_names)}")
         for index, extra in enumerate(self.matrix.include):
             if extra.image is not None and extra.image not in image_keys:
                 raise RefError(f"matrix.include.{index}.image", f"unknown image {extra.image!r}")

@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from canary.config.base import PositiveInt, Strict, Topology
 from canary.config.matrix import CellMatch
+from canary.core.words import listing
 
 NonNegativeInt = Annotated[int, Field(ge=0)]
 SecretName = Annotated[
@@ -149,7 +150,7 @@ class NixlTransportConfig(Strict):
             raise ValueError(f"{value!r}: name the transports (no 'all', no '^' exclusions)")
         unknown = [name for name in names if name not in UCX_TRANSPORTS]
         if unknown:
-            raise ValueError(f"unknown UCX transport(s) {unknown}; known: {sorted(UCX_TRANSPORTS)}")
+            raise ValueError(f"unknown UCX transport(s) {listing(unknown)}; known: {listing(sorted(UCX_TRANSPORTS))}")
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate transports in {value!r}")
         return ",".join(names)
@@ -159,7 +160,7 @@ class NixlTransportConfig(Strict):
         if self.placement == "cross-node" and not UCX_NETWORK_TRANSPORTS & set(self.transports):
             raise ValueError(
                 f"placement cross-node but ucx_tls {self.tls!r} has no transport that leaves the node "
-                f"(one of {sorted(UCX_NETWORK_TRANSPORTS)})"
+                f"(one of {listing(sorted(UCX_NETWORK_TRANSPORTS))})"
             )
         return self
 

@@ -8,12 +8,15 @@ syntax), in the same words whichever file it is.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from types import UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from canary.core.words import did_you_mean
 from canary.errors import ConfigError
 
 
@@ -69,11 +72,59 @@ def error_location(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(p) for p in loc if not str(p).startswith("function-"))
 
 
-def describe(error: dict[str, Any], unknown_key_hint: str = UNKNOWN_KEY_HINT) -> str:
-    """One pydantic error in words, with the offending value when it is a scalar."""
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The models an annotation holds directly (Model, Model | None, Annotated[Model, ...])."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if get_origin(annotation) in (Union, UnionType, Annotated):
+        return [m for arg in get_args(annotation) for m in _models_in(arg)]
+    return []
+
+
+def _items_in(annotation: Any) -> list[Any]:
+    """The value annotations of a list or mapping annotation (through Optional and Annotated)."""
+    origin = get_origin(annotation)
+    if origin in (Union, UnionType, Annotated):
+        return [item for arg in get_args(annotation) for item in _items_in(arg)]
+    if origin in (list, tuple, Sequence, dict, Mapping):
+        return [get_args(annotation)[-1]] if get_args(annotation) else []
+    return []
+
+
+def known_keys(model: type[BaseModel], path: Sequence[int | str]) -> list[str]:
+    """The keys the model accepts in the mapping at `path` (keys and list indexes from the top), or []
+    when the path does not lead to a model."""
+    annotations: list[Any] = [model]
+    for part in path:
+        models = [m for a in annotations for m in _models_in(a)]
+        if models:
+            fields = [m.model_fields[str(part)] for m in models if str(part) in m.model_fields]
+            annotations = [f.annotation for f in fields]
+        else:  # a list index or a mapping's key
+            annotations = [item for a in annotations for item in _items_in(a)]
+        if not annotations:
+            return []
+    return sorted({name for a in annotations for m in _models_in(a) for name in m.model_fields})
+
+
+def unknown_key(model: type[BaseModel] | None, loc: Sequence[int | str]) -> str:
+    """'did you mean <the closest known key>?' for a key the model does not accept at loc, or ''."""
+    if model is None or not loc:
+        return ""
+    parent = tuple(loc[:-1])
+    prefix = error_location(parent)
+    return did_you_mean(str(loc[-1]), known_keys(model, parent), f"{prefix}." if prefix else "")
+
+
+def describe(
+    error: dict[str, Any], unknown_key_hint: str = UNKNOWN_KEY_HINT, model: type[BaseModel] | None = None
+) -> str:
+    """One pydantic error in words, with the offending value when it is a scalar, and for an unknown key
+    the closest key the model accepts there."""
     kind = error.get("type", "")
     if kind == "extra_forbidden":
-        return f"unknown key ({unknown_key_hint})"
+        suggestion = unknown_key(model, tuple(error.get("loc", ())))
+        return f"unknown key: {suggestion} ({unknown_key_hint})" if suggestion else f"unknown key ({unknown_key_hint})"
     if kind == "missing":
         return "required key is missing"
     got = error.get("input")
@@ -83,11 +134,14 @@ def describe(error: dict[str, Any], unknown_key_hint: str = UNKNOWN_KEY_HINT) ->
     return message
 
 
-def validation_error(source: str, exc: ValidationError, unknown_key_hint: str = UNKNOWN_KEY_HINT) -> ConfigError:
-    """The ConfigError of a failed validation: its first error's key path and words, and how many more."""
+def validation_error(
+    source: str, exc: ValidationError, unknown_key_hint: str = UNKNOWN_KEY_HINT, model: type[BaseModel] | None = None
+) -> ConfigError:
+    """The ConfigError of a failed validation: its first error's key path and words (an unknown key with
+    the closest one `model` accepts there), and how many more."""
     first = exc.errors()[0]
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return ConfigError(source, error_location(first["loc"]), describe(dict(first), unknown_key_hint) + more)
+    return ConfigError(source, error_location(first["loc"]), describe(dict(first), unknown_key_hint, model) + more)
 
 
 def validate_mapping(data: Any, model: type[Model], source: str) -> Model:
@@ -97,7 +151,7 @@ def validate_mapping(data: Any, model: type[Model], source: str) -> Model:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise validation_error(source, exc) from None
+        raise validation_error(source, exc, model=model) from None
 
 
 def load_yaml_model(path: Path, model: type[Model]) -> Model:

@@ -140,19 +140,33 @@ def per_request_gates(
     return [_gate(c, c.p_value, cfg) for c in comparisons]
 
 
+def gates_verdict(gates: Sequence[Gate]) -> Verdict:
+    """The throughput check's verdict from its gates: the one rule for the check's own (provisional)
+    verdict and for the re-judged one after family control, so what a progress line announces is
+    what is recorded. Any failed gate that is not ours fails; a failed gate of ours with a number is a
+    regression (fail), without one (too few samples, no baseline samples) it is inconclusive (invalid,
+    never a pass)."""
+    others = [g for g in gates if not g.name.startswith(GATE_PREFIX)]
+    mine = [g for g in gates if g.name.startswith(GATE_PREFIX)]
+    if not all(g.passed for g in others) or any(not g.passed and g.observed is not None for g in mine):
+        return "fail"
+    if any(not g.passed for g in mine):
+        return "invalid"
+    return "pass"
+
+
+def provisional(check: CheckResult) -> bool:
+    """Whether family control over the run may still change this throughput verdict: a per-request
+    gate failed on its unadjusted p-value (Holm only ever raises a p-value, so no other gate can change)."""
+    return check.name == "throughput" and any(
+        g.name.startswith(GATE_PREFIX) and not g.passed and g.observed is not None for g in check.gates
+    )
+
+
 def _rejudge(check: CheckResult) -> None:
     """The verdict from the gates after family control; the summary names the first failed gate
     when the verdict changed (the check's own wording is kept otherwise)."""
-    others = [g for g in check.gates if not g.name.startswith(GATE_PREFIX)]
-    mine = [g for g in check.gates if g.name.startswith(GATE_PREFIX)]
-    # a failed gate of ours with a number is a regression; without one (too few samples) inconclusive
-    verdict: Verdict
-    if not all(g.passed for g in others) or any(not g.passed and g.observed is not None for g in mine):
-        verdict = "fail"
-    elif any(not g.passed for g in mine):
-        verdict = "invalid"
-    else:
-        verdict = "pass"
+    verdict = gates_verdict(check.gates)
     if verdict == check.verdict:
         return
     check.verdict = verdict

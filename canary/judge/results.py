@@ -66,7 +66,9 @@ class CheckResult(_Model):
     gates: list[Gate] = Field(default_factory=list, description="Rules applied and their numbers.")
     evidence: dict[str, Any] = Field(default_factory=dict, description="Log excerpts, classifications, samples.")
     started_at: dt.datetime = Field(default_factory=utc_now, description="Start time (UTC).")
-    duration_s: float = Field(0.0, description="Wall time of the check.")
+    duration_s: float = Field(
+        0.0, description="Wall time of the check; startup's includes the deployment it judged (launch to ready)."
+    )
 
 
 class CellResult(_Model):

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from canary.config import CanaryConfig, CellMatch, ExtraCell, Runner, Topology
 from canary.config.catalog import Catalog, KernelBlockSizes, load_catalog
+from canary.core.words import listing
 from canary.plan.cell import (
     RISK_COMPRESSED_CACHE,
     RISK_KERNEL_SPLIT,
@@ -283,7 +284,7 @@ def _impossible_reason(
         want = "an MLA" if model.attention == "mla" else "a non-MLA"
         return f"{at.backend} is {'an MLA' if backend.mla else 'a non-MLA'} backend; {at.model} needs {want} backend"
     if at.dtype not in backend.kv_cache_dtypes:
-        return f"{at.backend} does not support kv_cache_dtype {at.dtype} (supports {backend.kv_cache_dtypes})"
+        return f"{at.backend} does not support kv_cache_dtype {at.dtype} (supports {listing(backend.kv_cache_dtypes)})"
     if model.compressed_cache is not None:
         ratio = model.compressed_cache.compress_ratio
         for role, logical in (("prefill", at.prefill), ("decode", at.decode)):
@@ -303,10 +304,10 @@ def _unsupported_reason(config: CanaryConfig, catalog: Catalog, at: _Coordinates
     backend = catalog.backend(at.backend)
     platform = catalog.platforms[config.platform]
     if config.platform not in backend.platforms:
-        return f"{at.backend} does not run on {config.platform} (runs on {backend.platforms})"
+        return f"{at.backend} does not run on {config.platform} (runs on {listing(backend.platforms)})"
     limited = backend.kv_cache_dtype_platforms.get(at.dtype)
     if limited is not None and config.platform not in limited:
-        return f"kv_cache_dtype {at.dtype} with {at.backend} needs {limited}"
+        return f"kv_cache_dtype {at.dtype} with {at.backend} needs {listing(limited)}"
     for runner in (at.runner, at.decode_runner):
         if runner is not None and runner not in platform.runners:
             note = platform.runner_notes.get(runner, "")

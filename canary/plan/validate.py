@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from canary.config import CanaryConfig, CellMatch
 from canary.config.catalog import Catalog
+from canary.core.words import listing
 from canary.errors import ConfigError
 from canary.plan.cell import Cell
 from canary.plan.matrix import expand, matches
@@ -77,7 +78,8 @@ def _why_nothing_matches(match: CellMatch, cells: Sequence[Cell]) -> str:
             alone.append(f"no cell has {field} {value!r} (the matrix has {', '.join(str(v) for v in seen)})")
     if alone:
         return "; ".join(alone)
-    return f"each of {sorted(given)} matches some cell, but no cell has all of {given}"
+    fields = listing(f"{field} {value}" for field, value in given.items())
+    return f"each of {listing(sorted(given))} matches some cell, but no cell has all of {fields}"
 
 
 def _values(field: str, cell: Cell) -> list[str | int]:

@@ -19,7 +19,7 @@ from canary.checks.base import CheckContext, check_order, registered, run_before
 from canary.config import CanaryConfig
 from canary.export.history.record import record_run
 from canary.judge.expectations import apply_expectation
-from canary.judge.request_tests import apply_family_control
+from canary.judge.request_tests import apply_family_control, provisional
 from canary.judge.results import CellResult, CheckResult, RunResult, utc_now
 from canary.plan.cell import Cell
 from canary.plan.matrix import Plan
@@ -48,8 +48,9 @@ def _error_result(name: str, exc: BaseException) -> CheckResult:
     )
 
 
-def run_checks(ctx: CheckContext, progress: Progress) -> list[CheckResult]:
+def run_checks(ctx: CheckContext, progress: Progress, deploy_s: float = 0.0) -> list[CheckResult]:
     """Run the enabled checks of a started cell in check_order(); stop after a startup that left nothing serving.
+    The startup check judges the deployment: its duration includes the `deploy_s` the deployment took.
 
     A cell that serves but runs another config or KV layout than asked fails the startup check and is
     still checked: its parity, accuracy and transfer evidence say what the mismatch does to answers."""
@@ -72,12 +73,21 @@ def run_checks(ctx: CheckContext, progress: Progress) -> list[CheckResult]:
             raise
         except Exception as exc:  # a check crashing is that check's error, not the run's
             result = _error_result(name, exc)
-        result.duration_s = round(time.monotonic() - started, 3)
+        judged_s = time.monotonic() - started
+        result.duration_s = round(judged_s + (deploy_s if name == "startup" else 0.0), 3)
         results.append(result)
-        progress(f"  {ctx.cell.id}: {name} -> {result.verdict} ({result.duration_s:.1f}s) {result.summary}")
+        progress(f"  {ctx.cell.id}: {check_line(result, deploy_s if name == 'startup' else None)}")
         if name == "startup" and result.verdict != "pass" and result.evidence.get("serving") is not True:
             break  # nothing to check; a serving cell that runs another config/layout is still checked
     return results
+
+
+def check_line(result: CheckResult, deploy_s: float | None = None) -> str:
+    """A check's progress line: its verdict (as recorded unless marked provisional), the time it took
+    (with the deployment the startup check judged) and its summary."""
+    took = f"{result.duration_s:.1f}s" + (f", of which deploy {deploy_s:.1f}s" if deploy_s is not None else "")
+    pending = " (provisional: re-judged over the whole run)" if provisional(result) else ""
+    return f"{result.name} -> {result.verdict}{pending} ({took}) {result.summary}"
 
 
 def run_cell(
@@ -95,10 +105,12 @@ def run_cell(
     logs: dict[str, str] = {}
     try:
         progress(f"{cell.id}: deploying ({cell.topology}, {cell.backend}, {cell.block_label}, {cell.runner})")
+        deploying = time.monotonic()
         with target.deploy(cell, log_dir) as deployment:
+            deploy_s = time.monotonic() - deploying
             logs = _log_paths(deployment, run_dir)
             ctx = CheckContext(cell=cell, deployment=deployment, config=config, cell_dir=cell_dir, earlier=earlier)
-            checks = run_checks(ctx, progress)
+            checks = run_checks(ctx, progress, deploy_s)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # the target failed outside of any check
@@ -164,8 +176,35 @@ def run_next_cell(
     run.cells.append(result)
     if record is not None:
         record(result)
-    progress(f"{where}: {cell.id} => {result.verdict.upper()} {result.reason}")
+    progress(f"{where}: {cell.id} => {verdict_line(result)}")
     return result
+
+
+def verdict_line(result: CellResult) -> str:
+    """A cell's recorded verdict and reason as its progress lines print them; says when family control
+    over the run may still change it (then `rejudge` prints the verdict recorded)."""
+    throughput = result.check("throughput")
+    pending = " (provisional: per-request tests are re-judged over the whole run)"
+    return f"{result.verdict.upper()} {result.reason}" + (pending if throughput and provisional(throughput) else "")
+
+
+def rejudge(run: RunResult, config: CanaryConfig, progress: Progress) -> list[CellResult]:
+    """Family control over the run's per-request tests (canary.judge.request_tests), then each changed
+    cell's verdict re-derived and printed: a cell's last progress line is the verdict recorded.
+    Returns the cells whose verdicts were re-derived."""
+    was = {c.cell.id: check.verdict for c in run.cells if (check := c.check("throughput")) is not None}
+    changed_ids = apply_family_control(run.cells, config.checks.throughput.per_request)
+    changed = [c for c in run.cells if c.cell.id in changed_ids]
+    for result in changed:
+        cell_id = result.cell.id
+        result.verdict, result.reason = apply_expectation(result.cell, result.checks)
+        now = result.check("throughput")
+        progress(
+            f"  {cell_id}: throughput {was.get(cell_id, '-')} -> {now.verdict if now else '-'} "
+            "after Holm over the run's per-request tests"
+        )
+        progress(f"re-judged: {cell_id} => {result.verdict.upper()} {result.reason}")
+    return changed
 
 
 def execute(
@@ -196,9 +235,7 @@ def execute(
     finally:
         run.finished_at = utc_now()
         run.duration_s = round(time.monotonic() - started, 3)
-    for cell_id in apply_family_control(run.cells, config.checks.throughput.per_request):
-        result = next(c for c in run.cells if c.cell.id == cell_id)
-        result.verdict, result.reason = apply_expectation(result.cell, result.checks)
+    rejudge(run, config, progress)
     for line in record_run(run, config.export.history, run_dir.parent):
         progress(line)
     return run

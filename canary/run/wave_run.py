@@ -24,7 +24,7 @@ from canary.judge.results import CellCoverage, CellResult, RunResult, utc_now
 from canary.plan.matrix import Plan
 from canary.plan.rotation import RotationState, load_state
 from canary.plan.waves import Schedule, select_night
-from canary.run.runner import Progress, default_progress, new_run, run_cell, run_next_cell
+from canary.run.runner import Progress, default_progress, new_run, rejudge, run_cell, run_next_cell
 from canary.targets.kubernetes.target import KubernetesTarget
 from canary.targets.kubernetes.waves import WaveDeployer, WaveError
 
@@ -140,5 +140,9 @@ def execute_waves(
     finally:
         run.finished_at = utc_now()
         run.duration_s = round(clock() - started, 3)
-        run.coverage = coverage(plan, state, done)
+    for result in rejudge(run, config, progress):  # Holm over the night's per-request tests, as `execute`
+        seen = state.cells.get(result.cell.id)
+        if seen is not None:
+            state.record(result.cell.id, seen.last_checked, result.verdict)
+    run.coverage = coverage(plan, state, done)
     return run

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from canary.config import CanaryConfig
+from canary.core.words import listing
 from canary.errors import CanaryError, ConfigError
 from canary.plan.cell import Cell
 from canary.plan.waves import engine_gpus
@@ -37,7 +38,7 @@ class Pool:
 
     def describe(self) -> str:
         """`target.devices.gpus has 2 ([0, 1])`-style text for an error."""
-        return f"{self.origin} has {len(self.gpus)} ({list(self.gpus)})"
+        return f"{self.origin} has {len(self.gpus)} ({listing(self.gpus)})"
 
 
 def resolve_pool(setting: Sequence[int] | str, listed: Sequence[int] | None) -> Pool | None:

@@ -423,3 +423,30 @@ def test_the_chart_ci_waves_config_is_a_valid_plan_inside_its_deadline(tmp_path:
     assert spec["activeDeadlineSeconds"] == config.target.kubernetes.job_deadline_s == 10800
     configmap = next(c for c in by_kind(docs, "ConfigMap") if "vllm-pd-values.yaml" in c.get("data", {}))
     assert yaml.safe_load(configmap["data"]["vllm-pd-values.yaml"]) == values["vllmPdValues"]
+
+
+def test_a_night_applies_holm_and_its_last_lines_and_rotation_say_the_recorded_verdicts(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Wave runs never applied family control: a lone p = 0.02 stayed a fail in results and the rotation
+    state. Now the night is re-judged as `execute` re-judges a run, and the re-judged cell is printed again."""
+    import canary.run.runner
+    from tests.support.crafted import crafted_throughput
+
+    config = _config(tmp_path, job_deadline_s=3000)  # room for the load test's estimate in each wave
+    config.checks.throughput.enabled = True
+    first = select_night(plan(config).planned(), config, {}).cells[0].id
+
+    def throughput(ctx: Any) -> Any:
+        return crafted_throughput([0.02, 0.6, 0.7] if ctx.cell.id == first else [0.5, 0.6, 0.7])
+
+    monkeypatch.setattr(canary.run.runner, "registered", lambda: {"throughput": throughput})
+    lines: list[str] = []
+    run, _ = run_night(cluster, config, plan(config), tmp_path / "results" / "run-1", progress=lines.append)
+    assert {r.verdict for r in run.cells} == {"pass"}, [(r.cell.id, r.reason) for r in run.cells]
+    announced = [line for line in lines if f"{first} => " in line]
+    assert "=> FAIL" in announced[0] and "provisional" in announced[0]
+    assert announced[-1].startswith(f"re-judged: {first} => PASS")
+    assert load_state(config).cells[first].verdict == "pass"
+    assert {c.cell.id: c.last_verdict for c in run.coverage if c.this_run}[first] == "pass"
+    assert_empty(cluster)

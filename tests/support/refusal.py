@@ -113,11 +113,13 @@ def assert_refused(
     command: tuple[str, ...],
     *extra: str,
     text: str = "",
+    source: str = "",
 ) -> str:
-    """`canary COMMAND CONFIG EXTRA` exits 2 naming the file and the key path (and text); returns stderr."""
+    """`canary COMMAND CONFIG EXTRA` exits 2 naming the source (the file, or the `--set` override that
+    wrote the key) and the key path (and text); returns stderr."""
     results = Path(yaml.safe_load(config.read_text())["export"]["results_dir"])
     code, err = run_cli([*command, str(config), *extra], monkeypatch, capsys, results)
     assert code == cli.EXIT_USAGE, err
-    assert err.startswith(f"canary: error: {config}: {key_path}: "), err
+    assert err.startswith(f"canary: error: {source or config}: {key_path}: "), err
     assert text in err, err
     return err

@@ -32,7 +32,7 @@ from canary.checks.base import CheckContext, register
 from canary.checks.throughput import hostload
 from canary.config import ThroughputCheckConfig
 from canary.core import metric_keys as keys
-from canary.judge.request_tests import per_request_gates, raw_runs
+from canary.judge.request_tests import gates_verdict, per_request_gates, raw_runs
 from canary.judge.results import CAUSE_KEY, LATENCIES, CheckResult, Gate
 from canary.load.launch import LoadError, LoadResult, run_load, token_pool, words_per_token
 from canary.load.stats import Sample, Slo, higher_is_better, median_metrics, relative_change, window_values
@@ -344,7 +344,7 @@ def measure(ctx: CheckContext, prompts: tuple[list[int] | None, float, dict[str,
             evidence["baseline_cell"] = baseline.cell.id
         elif baseline is not None:
             evidence["baseline_cell"] = f"{baseline.cell.id} (no passing throughput result: not compared)"
-        verdict = "pass" if all(g.passed for g in gates) else "fail"
+        verdict = gates_verdict(gates)  # the rule family control re-applies after the run
     return CheckResult(
         name="throughput",
         verdict=verdict,

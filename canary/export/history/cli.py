@@ -11,6 +11,7 @@ from rich.table import Table
 
 from canary.config import HistoryConfig
 from canary.core.atomic import write_atomic
+from canary.core.words import closest, listing
 from canary.export.history.compare import compare_runs
 from canary.export.history.findings import analyze, find_changes
 from canary.export.history.importer import import_paths
@@ -70,6 +71,23 @@ def _resolve_cell(store: HistoryStore, ref: str) -> str:
     raise HistoryError(f"{store.where}: cell {ref!r} is ambiguous: {', '.join(matches[:5])}")
 
 
+def _check_metric(store: HistoryStore, check: str, metric: str) -> None:
+    """HistoryError (exit 2) for a check or metric the history holds no value of, listing those it holds."""
+    held = store.metric_names()
+    if check not in held:
+        checks = listing(held) or "none (record runs with `canary run`, or `canary history import`)"
+        raise HistoryError(
+            f"{store.where}: no metrics of check {check!r} in the history; checks with metrics: {checks}"
+        )
+    if metric not in held[check]:
+        near = closest(metric, held[check], n=1)
+        hint = f"did you mean {near[0]}? " if near else ""
+        raise HistoryError(
+            f"{store.where}: no metric {metric!r} of check {check} in the history; {hint}"
+            f"its metrics: {listing(held[check])}"
+        )
+
+
 def _fmt(value: float) -> str:
     return "-" if not math.isfinite(value) else f"{value:.4g}"
 
@@ -83,6 +101,8 @@ def cmd_history(args: argparse.Namespace, console: Console) -> int:
             console.print(f"imported {len(imported)} runs into {store.where} ({store.count_rows()} metric rows)")
             return 0
         if args.history_command == "changes":
+            for metric in args.metric or []:
+                _check_metric(store, TRACKED_CHECK, metric)
             cells = [_resolve_cell(store, c) for c in args.cell] if args.cell else None
             findings = find_changes(store, settings, cells=cells, metrics=args.metric)
             for finding in findings:
@@ -90,6 +110,7 @@ def cmd_history(args: argparse.Namespace, console: Console) -> int:
             if not findings:
                 console.print(f"no change points in {len(store.runs())} runs")
             return 0
+        _check_metric(store, args.check, args.metric)
         if args.cell:
             return _show_cell(store, _resolve_cell(store, args.cell), args, settings, console)
         return _show_metric(store, args, console)

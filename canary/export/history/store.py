@@ -225,6 +225,14 @@ class HistoryStore:
         """Every cell id in the history."""
         return [r[0] for r in self._rows("SELECT DISTINCT cell_id FROM canary_history_cells ORDER BY cell_id")]
 
+    def metric_names(self) -> dict[str, list[str]]:
+        """check -> the metric keys the history holds for it (sorted)."""
+        rows = self._rows("SELECT DISTINCT check_name, metric FROM canary_history_metrics ORDER BY check_name, metric")
+        out: dict[str, list[str]] = {}
+        for check, metric in rows:
+            out.setdefault(str(check), []).append(str(metric))
+        return out
+
     def cells_of(self, run_id: str) -> dict[str, tuple[str, str, str]]:
         """cell id -> (verdict, image_ref, reason) of one run."""
         rows = self._rows(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from canary.core.atomic import write_atomic
 from canary.core.svg import Spark
+from canary.core.words import cut
 from canary.export.report.grid import (
     DETAIL_COLUMNS,
     Section,
@@ -67,7 +68,7 @@ def _details(run: RunResult) -> list[str]:
                     f"{VERDICT_SYMBOL[result.verdict]} {result.verdict}",
                     *values,
                     kv_grain(result),
-                    _escape(result.reason)[:200],
+                    _escape(cut(" ".join(result.reason.split()), REASON_SHOWN)),
                 ]
             )
             + " |"
@@ -75,6 +76,9 @@ def _details(run: RunResult) -> list[str]:
     return [*lines, ""]
 
 
+REASON_SHOWN = 200
+"""Characters of a cell's reason in summary.md's table (cut at a word, with an ellipsis; results.json and
+summary.html have it whole)."""
 DIGEST_SHOWN = 12
 """Hex digits of an image digest shown in summary.md."""
 

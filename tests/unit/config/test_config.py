@@ -151,5 +151,5 @@ def test_cli_typo_in_key_exits_2_with_one_line(tmp_path: Path) -> None:
 def test_cli_block_size_abc_exits_2() -> None:
     result = _cli("plan", "configs/cpu-default.yaml", "--set", "matrix.prefill_block_sizes=[abc]")
     assert result.returncode == 2
-    assert "configs/cpu-default.yaml: matrix.prefill_block_sizes.0:" in result.stderr
+    assert "canary: error: --set matrix.prefill_block_sizes=[abc]: matrix.prefill_block_sizes.0:" in result.stderr
     assert "Traceback" not in result.stderr

@@ -53,7 +53,7 @@ def test_the_real_file_loads_and_an_unknown_key_is_named(name: str, tmp_path: Pa
     data = yaml.safe_load(real.read_text(encoding="utf-8"))
     data["schema_versoin"] = 1
     bad = _copy(tmp_path, real, yaml.safe_dump(data, sort_keys=False))
-    assert _error(load, bad) == f"{bad}: schema_versoin: unknown key (check the spelling)"
+    assert _error(load, bad) == f"{bad}: schema_versoin: unknown key: did you mean schema_version? (check the spelling)"
 
 
 @pytest.mark.parametrize("name", sorted(LOADERS))

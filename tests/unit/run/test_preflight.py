@@ -87,5 +87,5 @@ def test_a_results_dir_set_on_the_command_line_is_named_as_such(
     config = write_config(tmp_path, base_config(tmp_path))
     assert_refused(
         config, "export.results_dir", monkeypatch, capsys, ("run",), "--set", f"export.results_dir={results}",
-        text=f"(set by --set export.results_dir={results})",
+        source=f"--set export.results_dir={results}",
     )  # fmt: skip

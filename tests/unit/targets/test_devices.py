@@ -58,7 +58,7 @@ def test_a_pool_smaller_than_the_cell_is_a_config_error_naming_both() -> None:
     assert raised.value.exit_code == 2
     assert str(raised.value) == (
         f"box.yaml: target.devices.gpus: cell {PD} needs 4 GPUs (prefill 2 + decode 2), "
-        "target.devices.gpus has 2 ([0, 1])"
+        "target.devices.gpus has 2 (0, 1)"
     )
     assert cell_devices(cells[AGG], config, Pool((0, 1)), source="box.yaml") == {"aggregated": (0, 1)}
 

@@ -132,8 +132,8 @@ def test_a_pool_too_small_exits_2_before_anything_starts(
     out = capsys.readouterr()
     assert out.out == ""
     assert out.err.startswith(
-        f"canary: error: {ONE_BOX}: target.devices.gpus: cell pd.flashinfer.p16-d16.auto.v2.baseline needs 4 GPUs "
-        "(prefill 2 + decode 2), target.devices.gpus has 2 ([0, 1])"
+        "canary: error: --set target.devices.gpus=[0,1]: target.devices.gpus: cell "
+        "pd.flashinfer.p16-d16.auto.v2.baseline needs 4 GPUs (prefill 2 + decode 2), target.devices.gpus has 2 (0, 1)"
     )
     assert out.err.count("\n") == 1
     assert not results.exists() or not any(results.iterdir())  # no run directory left behind

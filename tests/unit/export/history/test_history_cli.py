@@ -101,3 +101,25 @@ def test_user_errors_are_one_line(results: Path, capsys: pytest.CaptureFixture[s
     assert main(["history", "changes", "--results-dir", str(empty)]) == 2
     assert f"no history at {empty / 'history.sqlite'}" in capsys.readouterr().err
     assert not empty.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["show", "--metric", "foo"], "no metric 'foo' of check throughput in the history; its metrics: "),
+        (["show", "--metric", "ttft_p5_s", "--cell", "agg"], "did you mean ttft_p50_s? its metrics: "),
+        (["changes", "--metric", "foo"], "no metric 'foo' of check throughput"),
+        (["show", "--check", "thruput"], "no metrics of check 'thruput' in the history; checks with metrics: "),
+    ],
+)
+def test_a_metric_the_history_does_not_hold_is_a_usage_error_listing_those_it_does(
+    results: Path, capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    """`history show --metric foo` used to exit 0 with an empty table under a mangled title."""
+    assert main(["history", *args, "--results-dir", str(results)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith("canary: error: ") and said in line
+    if "--metric" in args and "its metrics" in said:
+        assert "output_tokens_per_s, " in line and "requests_per_s" in line

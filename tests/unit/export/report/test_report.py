@@ -164,3 +164,13 @@ def test_terminal_grid_shows_sections_and_cells(run: RunResult) -> None:
     for cell in run.cells:
         assert cell.cell.id in text
     assert "unsupported" in text and "expected-fail" in text
+
+
+def test_summary_md_cuts_a_long_reason_at_a_word_with_an_ellipsis(run: RunResult) -> None:
+    """It cut reasons mid-word with nothing to say so."""
+    long = run.model_copy(deep=True)
+    long.cells[0].reason = "the decode server recomputed every prefill token " * 8
+    row = next(line for line in markdown.render(long).splitlines() if f"`{long.cells[0].cell.id}`" in line)
+    shown = row.rstrip(" |").rsplit(" | ", 1)[1]
+    assert shown.endswith("…") and len(shown) <= markdown.REASON_SHOWN
+    assert long.cells[0].reason.startswith(shown[:-1]) and long.cells[0].reason[len(shown) - 1] == " "
