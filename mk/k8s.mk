@@ -10,6 +10,8 @@
 #   make image-tags    the tags `make images` builds (derived: canary/images/table.py, docker/images.yaml)
 #   make images        every image: images-cpu (mk/containers.mk: controller, router, CPU engine)
 #                      and each patched vLLM image, with docker or daemonless buildah, cached
+#   make images-standin each patched vLLM image on a stand-in of its upstream base (no CUDA), where
+#                      `make images` can only print SKIPPED (docker/vllm-standin)
 #   make test-k8s      only the chart, image and Kubernetes-target tests
 #   make chart-files   copy the alert rules and dashboards into helm/canary/files/
 
@@ -44,7 +46,7 @@ DOCKER ?= docker
 
 SETUP_EXTRA += k8s-tools
 
-.PHONY: k8s-tools sdists patch-check image-tags docker-engine images test-k8s chart-files
+.PHONY: k8s-tools sdists patch-check image-tags docker-engine images images-standin test-k8s chart-files
 
 k8s-tools: $(HELM) $(CHECKOV) $(VLLM_SDIST) sdists ## helm, checkov, the pinned vLLM sdists (cached under .cache/)
 
@@ -137,6 +139,27 @@ images: docker-engine patch-check images-cpu ## every image: images-cpu plus eac
 	    --base-arg VLLM_BASE_IMAGE --base-default "$$base" --build-arg VLLM_VERSION="$$release" \
 	    --build-arg FLASHINFER_VERSION="$$flashinfer" --build-arg NIXL_VERSION="$$nixl" \
 	    --build-arg PATCH_SERIES="$$series" --build-arg PATCH_SERIES_SHA256="$$sha" < /dev/null; \
+	done <<< "$$plan"
+
+# Each patched image built on a STAND-IN of its upstream base (docker/vllm-standin: the release's
+# Python sources from its pinned sdist, nixl and flashinfer-python at the release's pins; no CUDA,
+# no compiled extensions), for machines where `make images` prints SKIPPED: docker/vllm-patched's
+# every step runs for real (pins verified, the series applied with no fuzz inside the image's
+# site-packages, compiled, build-info.json). Tagged localhost/vllm-patched-standin:<tag of the real
+# image>, never the real reference: it is not an engine (tests/images/test_patched_standin.py).
+images-standin: $(IMAGE_TOOLS) sdists venv ## each patched vLLM image on a stand-in of its upstream base (no CUDA: proves the build and the series, not the engine)
+	@plan="$$($(IMAGES) build-plan)"; \
+	while IFS=$$'\t' read -r ref base release series sha flashinfer nixl; do \
+	  standin="localhost/vllm-openai-standin:v$$release"; \
+	  $(BUILD_IMAGE) build --name "standin-v$$release" --ref "$$standin" --file docker/vllm-standin/Dockerfile --context . \
+	    --ignorefile docker/vllm-standin/Dockerfile.dockerignore --host-pip \
+	    --base-arg PYTHON_IMAGE --base-fallback $(BASE_IMAGE_REF) --build-arg VLLM_VERSION="$$release" \
+	    --build-arg FLASHINFER_VERSION="$$flashinfer" --build-arg NIXL_VERSION="$$nixl" < /dev/null || exit 1; \
+	  $(BUILD_IMAGE) build --name "patched-standin-$${ref##*:}" --ref "localhost/vllm-patched-standin:$${ref##*:}" \
+	    --file docker/vllm-patched/Dockerfile --context . --ignorefile docker/vllm-patched/Dockerfile.dockerignore \
+	    --host-pip --base-arg VLLM_BASE_IMAGE --base-default "$$standin" --build-arg VLLM_VERSION="$$release" \
+	    --build-arg FLASHINFER_VERSION="$$flashinfer" --build-arg NIXL_VERSION="$$nixl" \
+	    --build-arg PATCH_SERIES="$$series" --build-arg PATCH_SERIES_SHA256="$$sha" < /dev/null || exit 1; \
 	done <<< "$$plan"
 
 chart-files: ## copy alerts and dashboards into helm/canary/files, the layout probe into helm/vllm-pd/files (a chart cannot read outside itself)
