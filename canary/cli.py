@@ -1,4 +1,4 @@
-"""The `canary` command line: plan, run, needs, render-values, serve-metrics, history, compare, catalog.
+"""The `canary` command line: plan, run, needs, render-values, serve-metrics, history, compare, catalog, bisect.
 
 Exit codes (the table EXIT_CODES below, printed by `canary --help` and docs/reference/exit-codes.md):
 
@@ -30,6 +30,7 @@ from typing import NamedTuple
 from rich.console import Console
 from rich.table import Table
 
+from canary.bisect import cli as bisect_cli
 from canary.config import CanaryConfig
 from canary.config.load import blame_overrides, load_config
 from canary.errors import CanaryError, ConfigError, UsageError
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_serve.add_argument("--port", type=int, default=9464, help="port (default: 9464)")
     history_cli.add_parsers(sub)
     catalog_check.add_parser(sub)
+    bisect_cli.add_parser(sub)
     return parser
 
 
@@ -364,6 +366,7 @@ COMMANDS = {"plan": cmd_plan, "run": cmd_run, "render-values": cmd_render_values
 COMMANDS["needs"] = cmd_needs
 COMMANDS.update(history=history_cli.cmd_history, compare=history_cli.cmd_compare)
 COMMANDS["catalog"] = catalog_check.cmd_catalog
+COMMANDS["bisect"] = bisect_cli.cmd_bisect
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -126,8 +126,10 @@ class _Search:
         policy: Policy,
         clock: Callable[[], float],
         on_step: Callable[[Step], None] | None,
+        name: Callable[[int], str],
     ) -> None:
         self.n, self.judge, self.policy, self.clock, self.on_step = n, judge, policy, clock, on_step
+        self.name = name
         self.started = clock()
         self.result = SearchResult(outcome="inconclusive", reason="", n=n, good=0, bad=n)
 
@@ -178,22 +180,22 @@ class _Search:
             g, b = self.result.counts(both[0])
             raise _Stop(
                 "inconclusive",
-                f"point {both[0]} passed {g} and failed {b} of its runs: the failure fires on some runs only "
+                f"{self.name(both[0])} passed {g} and failed {b} of its runs: the failure fires on some runs only "
                 "(flaky), so no culprit is named",
             )
         above = sorted(g for g in goods if bads and g > min(bads))
         if above:
             raise _Stop(
                 "inconclusive",
-                f"point {above[-1]} passed but point {min(bads)} below it failed: the failure fires on some runs "
-                "only, or the range is not monotone; no culprit is named",
+                f"{self.name(above[-1])} passed but {self.name(min(bads))} below it failed: the failure fires on "
+                "some runs only, or the range is not monotone; no culprit is named",
             )
 
     def _narrowed(self) -> str:
         good, bad = self.result.good, self.result.bad
         if bad - good == 1:
-            return f"the boundary is between points {good} and {bad}"
-        return f"the culprit is one of points {good + 1}..{bad}"
+            return f"the boundary is between {self.name(good)} and {self.name(bad)}"
+        return f"the culprit is one of positions {good + 1}..{bad}"
 
     # ------------------------------------------------------------------ phases
 
@@ -203,21 +205,23 @@ class _Search:
             raise _Stop("inconclusive", "an empty range: nothing to search")
         bad_end = self.observe(n, "bad-end")
         if bad_end == "good":
-            raise _Stop("not-reproduced", f"the bad end (point {n}) passed when run again: it did not reproduce")
+            raise _Stop("not-reproduced", f"the bad end ({self.name(n)}) passed when run again: it did not reproduce")
         if bad_end == "unknown":
-            raise _Stop("inconclusive", f"the bad end (point {n}) could not be measured in {tries} runs")
+            raise _Stop("inconclusive", f"the bad end ({self.name(n)}) could not be measured in {tries} runs")
         self._confirm(n, "bad")  # a fault that does not fire `confirm` times in a row is not searched
         good_end = self.observe(0, "good-end")
         if good_end == "bad":
-            raise _Stop("inconclusive", "the good end (point 0) fails too: the failure is not caused by the range")
+            raise _Stop(
+                "inconclusive", f"the good end ({self.name(0)}) fails too: the failure is not caused by the range"
+            )
         if good_end == "unknown":
-            raise _Stop("inconclusive", f"the good end (point 0) could not be measured in {tries} runs")
+            raise _Stop("inconclusive", f"the good end ({self.name(0)}) could not be measured in {tries} runs")
         unmeasurable: set[int] = set()
         while self.result.bad - self.result.good > 1:
             point = self._next_point(unmeasurable)
             if point is None:
-                skipped = ", ".join(str(p) for p in sorted(unmeasurable))
-                raise _Stop("inconclusive", f"points {skipped} could not be measured; {self._narrowed()}")
+                skipped = ", ".join(self.name(p) for p in sorted(unmeasurable))
+                raise _Stop("inconclusive", f"{skipped} could not be measured; {self._narrowed()}")
             observation = self.observe(point, "search")
             if observation == "good":
                 self.result.good = point
@@ -234,8 +238,8 @@ class _Search:
         if self.result.bad == n:
             b += self.policy.prior_bad
         self.result.reason = (
-            f"point {self.result.bad} is the first bad one: point {self.result.good} passed {g} of {g} runs, "
-            f"point {self.result.bad} failed {b} of {b}"
+            f"{self.name(self.result.bad)} is the first bad one: {self.name(self.result.good)} passed {g} of {g} "
+            f"runs, {self.name(self.result.bad)} failed {b} of {b}"
         )
         return self.result
 
@@ -252,7 +256,9 @@ class _Search:
             if have >= self.policy.confirm:
                 return
             if self.observe(point, "confirm") == "unknown":
-                raise _Stop("inconclusive", f"point {point} could not be measured again to confirm; {self._narrowed()}")
+                raise _Stop(
+                    "inconclusive", f"{self.name(point)} could not be measured again to confirm; {self._narrowed()}"
+                )
 
 
 def bisect(
@@ -262,10 +268,12 @@ def bisect(
     *,
     clock: Callable[[], float] = time.monotonic,
     on_step: Callable[[Step], None] | None = None,
+    name: Callable[[int], str] = lambda point: f"point {point}",
 ) -> SearchResult:
     """Find the first bad point of 0..n (see the module doc). `on_step` sees every step as it ends
-    (to persist it); Ctrl-C returns the result so far as interrupted."""
-    search = _Search(n, judge, policy or Policy(), clock, on_step)
+    (to persist it); `name` says what a point is in the reasons (`patches 01..04`); Ctrl-C returns
+    the result so far as interrupted."""
+    search = _Search(n, judge, policy or Policy(), clock, on_step, name)
     try:
         result = search.search()
     except _Stop as stop:
