@@ -13,6 +13,7 @@ from canary import cli
 from canary.bisect.model import BISECT_JSON, BISECT_MD, BISECT_PROM, BisectFile, patch_subject, point_label
 from canary.bisect.run import (
     find_run_dir,
+    images_range,
     load_input,
     policy_of,
     prefix_series,
@@ -193,3 +194,25 @@ def test_bisect_metric_names_are_declared_in_the_schema_and_not_in_a_run() -> No
     from canary.bisect.search import OUTCOME_CODES
 
     assert all(f"{code} {outcome}" in schema.BISECT_OUTCOME.help for outcome, code in OUTCOME_CODES.items())
+
+
+def test_scripted_image_range_names_the_first_bad_image(tmp_path: Path) -> None:
+    data = load_input(_write_run(tmp_path), "pd", print)
+    refs = ["localhost/vllm-cpu:nightly-1", "localhost/vllm-cpu:nightly-2", "localhost/vllm-cpu:nightly-3"]
+    refs.append("localhost/vllm-cpu:nightly-4")
+    spec = images_range(refs)
+    report = run_bisection(
+        data, spec, Policy(prior_bad=1), judge=lambda p: Judgement("bad" if p >= 2 else "good"), progress=print
+    )
+    assert report.outcome == "found" and report.culprit is not None
+    assert (report.culprit.name, report.culprit.position) == ("localhost/vllm-cpu:nightly-3", 2)
+    assert [s.label for s in report.steps][:2] == [refs[3], refs[0]]
+
+
+def test_an_image_step_runs_that_image_for_the_cell_image_key(tmp_path: Path) -> None:
+    data = load_input(_write_run(tmp_path), "pd", print)
+    container = data.config.model_copy(deep=True)
+    container.target.kind = "container"
+    config = step_config(container, "baseline", ["parity"], "x", image_ref="localhost/vllm-cpu:nightly-2")
+    assert config.target.container.images["baseline"] == "localhost/vllm-cpu:nightly-2"
+    assert config.images["baseline"].patches is None and not config.checks.accuracy.enabled
