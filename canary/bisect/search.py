@@ -238,8 +238,8 @@ class _Search:
         if self.result.bad == n:
             b += self.policy.prior_bad
         self.result.reason = (
-            f"{self.name(self.result.bad)} is the first bad one: {self.name(self.result.good)} passed {g} of {g} "
-            f"runs, {self.name(self.result.bad)} failed {b} of {b}"
+            f"first bad: {self.name(self.result.bad)} (failed {b} of {b} runs); "
+            f"last good: {self.name(self.result.good)} (passed {g} of {g})"
         )
         return self.result
 

@@ -127,7 +127,7 @@ def test_scripted_confirm_2_reruns_each_side_of_the_boundary() -> None:
     result = bisect(8, judge, Policy(confirm=2, prior_bad=1))
     assert (result.outcome, result.first_bad) == ("found", 5)
     assert judge.asked == [8, 0, 4, 6, 5, 4, 5]
-    assert "passed 2 of 2" in result.reason and "failed 2 of 2" in result.reason
+    assert "failed 2 of 2 runs" in result.reason and "passed 2 of 2" in result.reason
 
 
 def test_scripted_prior_bad_counts_towards_the_bad_end_confirmation() -> None:
