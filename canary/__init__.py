@@ -19,6 +19,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("checks", ("canary.checks",)),
     ("export", ("canary.export",)),
     ("run", ("canary.run",)),
+    ("bisect", ("canary.bisect",)),
     ("selftest", ("canary.selftest",)),
     ("cli", ("canary.cli", "canary.__main__")),
 )

@@ -1,4 +1,4 @@
-"""The `canary` command line: plan, run, needs, render-values, serve-metrics, history, compare, catalog.
+"""The `canary` command line: plan, run, needs, render-values, serve-metrics, history, compare, catalog, bisect.
 
 Exit codes (the table EXIT_CODES below, printed by `canary --help` and docs/reference/exit-codes.md):
 
@@ -30,6 +30,7 @@ from typing import NamedTuple
 from rich.console import Console
 from rich.table import Table
 
+from canary.bisect import cli as bisect_cli
 from canary.config import CanaryConfig
 from canary.config.load import blame_overrides, load_config
 from canary.core.words import closest, listing
@@ -88,6 +89,10 @@ COMMAND_EXITS: dict[str, dict[int, str]] = {
     "catalog": {
         EXIT_OK: "the catalog agrees with vLLM's source",
         EXIT_FAILED_CELLS: "a difference from vLLM's source, or a canary error",
+    },
+    "bisect": {
+        bisect_cli.EXIT_FOUND: "found: the first bad patch (or image) is named",
+        bisect_cli.EXIT_NO_CULPRIT: "no culprit named: not reproduced, or inconclusive (bisect.json says why)",
     },
 }
 """The exit codes only some commands use, and the commands whose 0 and 1 mean more than done / an error."""
@@ -161,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_serve.add_argument("--port", type=int, default=9464, help="port (default: 9464)")
     history_cli.add_parsers(sub)
     catalog_check.add_parser(sub)
+    bisect_cli.add_parser(sub)
     for command, command_parser in sub.choices.items():
         _add_exit_codes(command_parser, exit_codes_help(command_exit_codes(command)))
     return parser
@@ -415,6 +421,7 @@ COMMANDS = {"plan": cmd_plan, "run": cmd_run, "render-values": cmd_render_values
 COMMANDS["needs"] = cmd_needs
 COMMANDS.update(history=history_cli.cmd_history, compare=history_cli.cmd_compare)
 COMMANDS["catalog"] = catalog_check.cmd_catalog
+COMMANDS["bisect"] = bisect_cli.cmd_bisect
 
 
 def main(argv: Sequence[str] | None = None) -> int:

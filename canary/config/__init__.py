@@ -11,6 +11,7 @@ backend) into a `ConfigError` that names the file, the key path and what was exp
 from __future__ import annotations
 
 from canary.config.base import CheckName, ExpectKind, Platform, PositiveInt, Probability, Runner, Strict, Topology
+from canary.config.bisect import BisectConfig
 from canary.config.checks import (
     AccuracyCheckConfig,
     ChecksConfig,
@@ -49,6 +50,7 @@ __all__ = [
     "UCX_NETWORK_TRANSPORTS",
     "UCX_TRANSPORTS",
     "AccuracyCheckConfig",
+    "BisectConfig",
     "CanaryConfig",
     "CellMatch",
     "CheckName",

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from canary.config.base import Platform, Strict
+from canary.config.bisect import BisectConfig
 from canary.config.checks import ChecksConfig
 from canary.config.export import ExportConfig
 from canary.config.matrix import MatrixSpec
@@ -28,6 +29,7 @@ class CanaryConfig(Strict):
     checks: ChecksConfig = Field(default_factory=ChecksConfig, description="Per-check settings.")
     export: ExportConfig = Field(default_factory=ExportConfig, description="Result export.")
     target: TargetConfig = Field(default_factory=TargetConfig, description="Where cells run.")
+    bisect: BisectConfig = Field(default_factory=BisectConfig, description="`canary bisect`: budget and confirmation.")
 
     @model_validator(mode="after")
     def _cross_references(self) -> CanaryConfig:

@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from canary.config import CanaryConfig
+from canary.core.atomic import write_atomic
 from canary.export.report import point_latest, write_all
 from canary.export.report.trends import Trends, load_trends
 from canary.judge.results import RunResult
@@ -40,6 +41,8 @@ def dry_run(
 
 RUN_TEXTFILE_NAME = "canary.prom"
 """The run's Prometheus textfile, written beside its reports."""
+RUN_CONFIG_NAME = "config.json"
+"""The run's config as it ran (the file with every --set applied): what `canary bisect` reruns a cell with."""
 
 
 def write_results(
@@ -73,13 +76,14 @@ def run_and_report(
     results_root.mkdir(parents=True, exist_ok=True)
     run_dir = results_root / new_run_id(config.name)
     run_dir.mkdir()
+    write_atomic(run_dir / RUN_CONFIG_NAME, config.model_dump_json(indent=2))
     try:
         if config.target.kind == "kubernetes" and config.target.kubernetes.gpu_budget is not None:
             run = execute_waves(config, the_plan, run_dir, config_path=config_path)
         else:
             run = execute(config, the_plan, run_dir, config_path=config_path)
     except BaseException:
-        if not any(run_dir.iterdir()):
+        if not any(p.name != RUN_CONFIG_NAME for p in run_dir.iterdir()):
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     trends = load_trends(run, config.export.history, results_root)  # the runner recorded this run already

@@ -444,6 +444,45 @@ METRICS_BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in ALL_METRIC
 SERIES_PER_CELL = 4 + 3 * 6 + len(CHECK_METRICS) + len(COVERAGE_METRICS) + len(RISKS)
 
 
+# --------------------------------------------------------------------------- canary bisect
+# `canary bisect` (canary.bisect) writes these to bisect.prom in the bisected run's directory, one
+# set per bisected cell. They are not part of a run's exposition (ALL_METRICS): a bisection is its
+# own snapshot, taken after the run. `range` is `series` (prefixes of a patch series) or `images`.
+BISECT_LABELS: tuple[str, ...] = ("cell", "image", "range")
+BISECT_OUTCOME = MetricSpec(
+    PREFIX + "bisect_outcome_code",
+    "Outcome of the cell's last bisection: 0 found, 1 not-reproduced, 2 inconclusive, 3 interrupted.",
+    "",
+    BISECT_LABELS,
+)
+BISECT_CULPRIT = MetricSpec(
+    PREFIX + "bisect_culprit_position",
+    "1-based position of the first bad patch (or image) in the range; label culprit names it (found only).",
+    "",
+    (*BISECT_LABELS, "culprit"),
+)
+BISECT_RANGE_SIZE = MetricSpec(
+    PREFIX + "bisect_range_size", "Patches (or images after the good one) in the bisected range.", "", BISECT_LABELS
+)
+BISECT_CELL_RUNS = MetricSpec(
+    PREFIX + "bisect_cell_runs", "Cell runs the bisection spent (endpoints, search, confirmation).", "", BISECT_LABELS
+)
+BISECT_DURATION = MetricSpec(
+    PREFIX + "bisect_duration_seconds", "Wall time of the bisection.", "seconds", BISECT_LABELS
+)
+BISECT_TIMESTAMP = MetricSpec(
+    PREFIX + "bisect_timestamp_seconds", "When the bisection ended (Unix time).", "seconds", BISECT_LABELS
+)
+BISECT_METRICS: tuple[MetricSpec, ...] = (
+    BISECT_OUTCOME,
+    BISECT_CULPRIT,
+    BISECT_RANGE_SIZE,
+    BISECT_CELL_RUNS,
+    BISECT_DURATION,
+    BISECT_TIMESTAMP,
+)
+
+
 # --------------------------------------------------------------------------- samples
 
 
@@ -569,12 +608,16 @@ def samples(run: RunResult) -> list[Sample]:
 
 def families(run: RunResult) -> list[Metric]:
     """The run as prometheus-client metric families (only metrics with samples)."""
+    return _families(samples(run), METRICS_BY_NAME)
+
+
+def _families(all_samples: Iterable[Sample], specs: dict[str, MetricSpec]) -> list[Metric]:
     grouped: dict[str, list[Sample]] = {}
-    for sample in samples(run):
+    for sample in all_samples:
         grouped.setdefault(sample.name, []).append(sample)
     out: list[Metric] = []
     for name, group in grouped.items():
-        spec = METRICS_BY_NAME[name]
+        spec = specs[name]
         family = GaugeMetricFamily(name, spec.help, labels=_label_names(spec, group))
         for sample in group:
             family.add_metric([sample.labels[label] for label in _label_names(spec, group)], sample.value)
@@ -608,6 +651,21 @@ def registry_for(run: RunResult) -> CollectorRegistry:
 def exposition(run: RunResult) -> bytes:
     """The run in Prometheus text format 0.0.4 (what the textfile, the exporter and the push carry)."""
     return generate_latest(registry_for(run))
+
+
+class _SamplesCollector(Collector):
+    def __init__(self, metric_families: list[Metric]) -> None:
+        self._families = metric_families
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
+
+
+def bisect_exposition(bisect_samples: Iterable[Sample]) -> bytes:
+    """Bisection samples (names of BISECT_METRICS only) in Prometheus text format 0.0.4."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_SamplesCollector(_families(bisect_samples, {m.name: m for m in BISECT_METRICS})))
+    return generate_latest(registry)
 
 
 # --------------------------------------------------------------------------- documentation

@@ -240,11 +240,15 @@ def test_series_hash_matches_the_image_build_script() -> None:
 
 
 def test_every_fault_series_is_valid() -> None:
-    faults = sorted((REPO_ROOT / "tests" / "faults").glob("*/series"))
+    # the selftest's seeded faults (NN-name/): one patch each, named after its folder
+    faults = sorted((REPO_ROOT / "tests" / "faults").glob("[0-9][0-9]-*/series"))
     assert len(faults) >= 5
     for series in faults:
         parsed = read_series(series)
         assert parsed.names == [f"{series.parent.name}.patch"]
+    # the bisect's seeded series: eight patches, in order
+    bisect = read_series(REPO_ROOT / "tests" / "faults" / "bisect-series" / "series")
+    assert [name[:3] for name in bisect.names] == [f"{n:02d}-" for n in range(1, 9)]
 
 
 def test_probe_reports_a_missing_python(tmp_path: Path) -> None:
