@@ -102,6 +102,45 @@ MAX_LABEL_PX = 360.0
 """The widest a bar chart's labels get; a longer cell id keeps its end (the image) after an ellipsis."""
 
 
+@dataclass(frozen=True)
+class _Frame:
+    """The horizontal axis of a row chart (bars, boxes): where value v lands, and the SVG lines that
+    open the chart (title, hatch pattern where some rows are not to scale, ticks, unit)."""
+
+    lines: list[str]
+    label_width: int
+    plot_w: float
+    scale_max: float
+
+    def x(self, value: float) -> float:
+        return self.label_width + self.plot_w * min(max(value / self.scale_max, 0.0), 1.0)
+
+
+def _row_frame(
+    title: str, unit: str, *, width: int, height: int, top: int, bottom: int, label_width: int,
+    axis_max: float, hatched: bool, empty: bool,
+) -> _Frame:  # fmt: skip
+    ticks = _ticks(axis_max)
+    frame = _Frame([], label_width, width - label_width - 20, ticks[-1])
+    out = frame.lines
+    out += [*_open(title, width, height), f"<text x='4' y='16' font-weight='bold'>{escape(title)}</text>"]
+    if hatched:
+        out.append(
+            f"<defs><pattern id='{hatch_id(title)}' width='6' height='6' patternUnits='userSpaceOnUse' "
+            "patternTransform='rotate(45)'>"
+            f"<rect width='6' height='6' fill='{NOT_TO_SCALE_FILL}'/>"
+            f"<line x1='0' y1='0' x2='0' y2='6' stroke='{NOT_TO_SCALE_STROKE}' stroke-width='2'/></pattern></defs>"
+        )
+    for tick in ticks:
+        tx = frame.x(tick)
+        out.append(f"<line x1='{tx:.1f}' y1='{top - 4}' x2='{tx:.1f}' y2='{height - bottom}' stroke='#e0e0e0'/>")
+        out.append(f"<text x='{tx:.1f}' y='{height - bottom + 14}' text-anchor='middle'>{_fmt(tick)}</text>")
+    out.append(f"<text x='{width - 4}' y='{height - 4}' text-anchor='end'>{escape(unit)}</text>")
+    if empty:
+        out.append(f"<text x='{label_width}' y='{top + 12}'>no data</text>")
+    return frame
+
+
 def hbar_chart(
     title: str,
     bars: list[Bar],
@@ -121,34 +160,17 @@ def hbar_chart(
     if label_width is None:  # as wide as the longest label (cut beyond MAX_LABEL_PX)
         label_width = int(min(max((text_px(b.label) for b in bars), default=60.0), MAX_LABEL_PX)) + 12
     width = max(width, int(text_px(title)) + 12, label_width + 260)
-    plot_w = width - label_width - 20
     height = top + bottom + row_h * max(len(bars), 1)
     scaled = [b for b in bars if not b.not_to_scale]
     values = [b.value for b in scaled] + [b.high for b in scaled if b.high is not None]
     if reference is not None:
         values.append(reference[0])
-    ticks = _ticks(maximum if maximum is not None else max(values, default=0.0))
-    scale_max = ticks[-1]
-    pattern = hatch_id(title)
-
-    def x(value: float) -> float:
-        return label_width + plot_w * min(max(value / scale_max, 0.0), 1.0)
-
-    out = [*_open(title, width, height), f"<text x='4' y='16' font-weight='bold'>{escape(title)}</text>"]
-    if len(scaled) < len(bars):
-        out.append(
-            f"<defs><pattern id='{pattern}' width='6' height='6' patternUnits='userSpaceOnUse' "
-            "patternTransform='rotate(45)'>"
-            f"<rect width='6' height='6' fill='{NOT_TO_SCALE_FILL}'/>"
-            f"<line x1='0' y1='0' x2='0' y2='6' stroke='{NOT_TO_SCALE_STROKE}' stroke-width='2'/></pattern></defs>"
-        )
-    for tick in ticks:
-        tx = x(tick)
-        out.append(f"<line x1='{tx:.1f}' y1='{top - 4}' x2='{tx:.1f}' y2='{height - bottom}' stroke='#e0e0e0'/>")
-        out.append(f"<text x='{tx:.1f}' y='{height - bottom + 14}' text-anchor='middle'>{_fmt(tick)}</text>")
-    out.append(f"<text x='{width - 4}' y='{height - 4}' text-anchor='end'>{escape(unit)}</text>")
-    if not bars:
-        out.append(f"<text x='{label_width}' y='{top + 12}'>no data</text>")
+    axis_max = maximum if maximum is not None else max(values, default=0.0)
+    frame = _row_frame(
+        title, unit, width=width, height=height, top=top, bottom=bottom, label_width=label_width,
+        axis_max=axis_max, hatched=len(scaled) < len(bars), empty=not bars,
+    )  # fmt: skip
+    plot_w, scale_max, pattern, x, out = frame.plot_w, frame.scale_max, hatch_id(title), frame.x, frame.lines
     for index, bar in enumerate(bars):
         y = top + index * row_h
         mid = y + row_h / 2
@@ -357,31 +379,13 @@ def box_chart(title: str, boxes: list[Box], unit: str, *, width: int = 720) -> s
     row_h, top, bottom = 20, 28, 28
     label_width = int(min(max((text_px(b.label) for b in boxes), default=60.0), MAX_LABEL_PX)) + 12
     width = max(width, int(text_px(title)) + 12, label_width + 260)
-    plot_w = width - label_width - 20
     height = top + bottom + row_h * max(len(boxes), 1)
     scaled = [b for b in boxes if not b.not_to_scale]
-    ticks = _ticks(max((b.high for b in scaled), default=0.0))
-    scale_max = ticks[-1]
-    pattern = hatch_id(title)
-
-    def x(value: float) -> float:
-        return label_width + plot_w * min(max(value / scale_max, 0.0), 1.0)
-
-    out = [*_open(title, width, height), f"<text x='4' y='16' font-weight='bold'>{escape(title)}</text>"]
-    if len(scaled) < len(boxes):
-        out.append(
-            f"<defs><pattern id='{pattern}' width='6' height='6' patternUnits='userSpaceOnUse' "
-            "patternTransform='rotate(45)'>"
-            f"<rect width='6' height='6' fill='{NOT_TO_SCALE_FILL}'/>"
-            f"<line x1='0' y1='0' x2='0' y2='6' stroke='{NOT_TO_SCALE_STROKE}' stroke-width='2'/></pattern></defs>"
-        )
-    for tick in ticks:
-        tx = x(tick)
-        out.append(f"<line x1='{tx:.1f}' y1='{top - 4}' x2='{tx:.1f}' y2='{height - bottom}' stroke='#e0e0e0'/>")
-        out.append(f"<text x='{tx:.1f}' y='{height - bottom + 14}' text-anchor='middle'>{_fmt(tick)}</text>")
-    out.append(f"<text x='{width - 4}' y='{height - 4}' text-anchor='end'>{escape(unit)}</text>")
-    if not boxes:
-        out.append(f"<text x='{label_width}' y='{top + 12}'>no data</text>")
+    frame = _row_frame(
+        title, unit, width=width, height=height, top=top, bottom=bottom, label_width=label_width,
+        axis_max=max((b.high for b in scaled), default=0.0), hatched=len(scaled) < len(boxes), empty=not boxes,
+    )  # fmt: skip
+    plot_w, scale_max, pattern, x, out = frame.plot_w, frame.scale_max, hatch_id(title), frame.x, frame.lines
     for index, box in enumerate(boxes):
         y = top + index * row_h
         mid = y + row_h / 2
