@@ -95,17 +95,16 @@ target:
 """
 
 
+def _must(*argv: str) -> str:
+    """The stdout of a command run in the repository; its stderr in the failure."""
+    done = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, f"{' '.join(argv)}: exit {done.returncode}\n{done.stderr}"
+    return done.stdout
+
+
 def _refs() -> dict[str, str]:
-    done = subprocess.run(
-        ["make", "-s", "--no-print-directory", "images-cpu-refs"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return dict(line.split("\t", 1) for line in done.stdout.splitlines() if "\t" in line)
+    listed = _must("make", "-s", "--no-print-directory", "images-cpu-refs")
+    return dict(line.split("\t", 1) for line in listed.splitlines() if "\t" in line)
 
 
 @dataclass
@@ -143,15 +142,7 @@ class Stage:
 
 def _render_cells(config_file: Path, work: Path) -> dict[str, Any]:
     out = work / "cells.yaml"
-    done = subprocess.run(
-        [sys.executable, "-m", "canary", "render-values", str(config_file), "-o", str(out)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    _must(sys.executable, "-m", "canary", "render-values", str(config_file), "-o", str(out))
     values = yaml.safe_load(out.read_text())
     assert isinstance(values, dict)
     return values

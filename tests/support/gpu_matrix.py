@@ -24,6 +24,7 @@ import itertools
 from canary.judge.results import CellCoverage, CellResult, CheckResult, RunResult
 from canary.judge.verdicts import worst
 from canary.plan.cell import RISK_PD_BLOCK_MISMATCH, Cell
+from canary.plan.matrix import cell_id
 from tests.support import sample
 
 BACKENDS = ("FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION")
@@ -37,10 +38,8 @@ ROTATED = 48
 
 
 def _cell(topology: str, backend: str, prefill: int, decode: int, dtype: str, runner: str, image: str) -> Cell:
-    pd = topology == "pd-nixl"
-    block = f"p{prefill}-d{decode}" if pd else f"b{prefill}"
     return Cell(
-        id=f"{'pd' if pd else 'agg'}.{backend.lower()}.{block}.{dtype}.{runner}.{image}",
+        id=cell_id(MODEL, False, topology, backend, prefill, decode, dtype, runner, image),
         model=MODEL,
         model_source="meta-llama/Llama-3.1-8B-Instruct",
         backend=backend,
