@@ -44,5 +44,4 @@ def cut(text: str, width: int) -> str:
     if not text[width - 1].isspace():  # the room ends inside a word: drop that word
         boundary = room.rfind(" ")
         room = room[:boundary] if boundary > 0 else room
-    kept = room
-    return kept.rstrip(" ,;:") + ELLIPSIS
+    return room.rstrip(" ,;:") + ELLIPSIS

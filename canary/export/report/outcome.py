@@ -11,6 +11,7 @@ every cell that did not pass with its cause (`not_passing`).
 
 from __future__ import annotations
 
+from canary.core.words import cut
 from canary.judge.results import CAUSE_KEY, CellResult, CheckResult, RunResult
 from canary.judge.verdicts import DEFINITIVE_FAILURES, INCONCLUSIVE_VERDICTS, OUTCOME_WORD
 
@@ -26,7 +27,7 @@ def _cells(n: int) -> str:
 
 def _short(text: str) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if len(line) <= MAX_CAUSE_CHARS else line[: MAX_CAUSE_CHARS - 1].rstrip() + "…"
+    return cut(line, MAX_CAUSE_CHARS)
 
 
 def cause(result: CellResult) -> str:
