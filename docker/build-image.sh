@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build one container image, or find it already built: docker where its engine answers, else
-# buildah (daemonless: vfs storage, chroot isolation, runc; docker/podman/*.conf).
+# buildah (daemonless: overlay or vfs storage by docker/podman/storage-conf.sh, chroot isolation,
+# runc; docker/podman/*.conf).
 #
 #   build-image.sh build --name NAME --ref REF --file DOCKERFILE --context DIR [--ignorefile FILE]
 #                        [--base-arg ARG --base-default IMAGE --base-fallback REF]
@@ -12,7 +13,7 @@
 # context (the `!` entries of the ignore file, or the whole context without one; caches left out),
 # the build args and the base image's id. It becomes the label dev.vllm.canary.input-sha256; when
 # REF in storage carries the same hash, nothing is built. A rebuild removes the image it replaces
-# once that has no tag left (vfs keeps full copies of every layer).
+# once that has no tag left (under vfs every layer is a full copy).
 #
 # Base: --base-arg names the Dockerfile's base build arg. CANARY_BASE_SOURCE=auto (default) uses
 # --base-default where it is in storage or can be pulled, else --base-fallback (built with `base`
@@ -55,7 +56,8 @@ case "$engine" in
             command -v "$tool" > /dev/null 2>&1 || die "$tool is not installed: run make container-tools"
         done
         export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/podman/containers.conf}"
-        export CONTAINERS_STORAGE_CONF="${CONTAINERS_STORAGE_CONF:-$here/podman/storage.conf}"
+        CONTAINERS_STORAGE_CONF="$("$here/podman/storage-conf.sh")"
+        export CONTAINERS_STORAGE_CONF
         ;;
     *) die "CONTAINER_ENGINE must be docker or buildah, not '$engine'" ;;
 esac

@@ -9,13 +9,15 @@
 #   make images-cpu        the controller, router and CPU engine images (what tests/images needs)
 #   make images            those three plus the patched GPU vLLM images (mk/k8s.mk)
 #   make images-cpu-refs   key<TAB>ref of the three images; `make cpu-engine-image-ref` the engine's
-#   make images-prune      remove dangling layers and build containers (vfs copies every layer)
+#   make images-prune      remove dangling layers and build containers
+#   make podman-env        the exports that point a plain podman/buildah at the same store
 #
 # Engine: docker where `docker info` works (CONTAINER_ENGINE=docker), else buildah with the
-# tracked settings docker/podman/containers.conf (runc, host network, no default ulimits, cgroupfs)
-# and docker/podman/storage.conf (vfs), exported as CONTAINERS_CONF / CONTAINERS_STORAGE_CONF so a
-# plain `podman` or `buildah` here sees the same images (a value already in the environment wins).
-# The canary's podman container target points podman at the same two files.
+# tracked settings docker/podman/containers.conf (runc, host network, no default ulimits, cgroupfs),
+# exported as CONTAINERS_CONF, and the storage docker/podman/storage-conf.sh picks: overlay
+# (storage.conf) where podman opens it, else vfs (storage-vfs.conf). A value already in the
+# environment wins. The canary's podman container target and the image tests ask the same script, so
+# all of them see one store; `make podman-env` prints the two exports for a shell of your own.
 # Base: each Dockerfile's base build arg (PYTHON_IMAGE) keeps its python:*-slim-bookworm default
 # where it can be pulled (or is already in storage); elsewhere BASE_SOURCE=debian (the default
 # when the pull fails) builds and passes localhost/vllm-canary-base:bookworm.
@@ -44,9 +46,10 @@ endif
 endif
 ifneq ($(CONTAINER_ENGINE),docker)
 CONTAINERS_CONF ?= $(CURDIR)/docker/podman/containers.conf
-CONTAINERS_STORAGE_CONF ?= $(CURDIR)/docker/podman/storage.conf
-export CONTAINERS_CONF CONTAINERS_STORAGE_CONF
+export CONTAINERS_CONF
 endif
+# Asked in each recipe, not at parse time: podman may be installed by this very make run.
+STORAGE_CONF := docker/podman/storage-conf.sh
 
 .PHONY: container-tools
 
@@ -97,6 +100,11 @@ IMAGE_TOOLS := $(if $(filter docker,$(CONTAINER_ENGINE)),,container-tools)
 # (the top-level Makefile's test target lists $(TEST_EXTRA)).
 TEST_EXTRA += container-tools images-cpu
 
+.PHONY: podman-env
+podman-env: $(IMAGE_TOOLS) ## print the exports that point podman/buildah at the store make uses
+	@echo "export CONTAINERS_CONF=$(CONTAINERS_CONF)"
+	@echo "export CONTAINERS_STORAGE_CONF=$$($(STORAGE_CONF))"
+
 .PHONY: base-image images-cpu image-canary image-router image-cpu-engine images-cpu-refs cpu-engine-image-ref images-prune
 
 base-image: $(IMAGE_TOOLS) ## Debian base image from packages (mmdebstrap; cached): $(BASE_IMAGE_REF)
@@ -135,6 +143,7 @@ cpu-engine-image-ref: ## print the CPU engine image's tag
 # build containers. Tagged images and containers that podman runs are kept.
 images-prune: $(IMAGE_TOOLS) ## remove dangling image layers (vfs stores every layer in full)
 	@if [ "$(CONTAINER_ENGINE)" = docker ]; then $(DOCKER) image prune -f; else \
+	  export CONTAINERS_STORAGE_CONF="$$($(STORAGE_CONF))"; \
 	  buildah containers --format '{{.ContainerID}} {{.ContainerName}}' | awk '$$2 ~ /-working-container/ {print $$1}' | xargs -r buildah rm > /dev/null; \
 	  podman image prune -f; fi
 	@df -h / | tail -1

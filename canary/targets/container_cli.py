@@ -3,8 +3,9 @@
 Every call has a deadline and a clear error. The CLI runs with an explicit environment: a minimal
 PATH and HOME, the variables that point a CLI at its engine or storage (DOCKER_HOST, CONTAINERS_CONF,
 ...) passed through from the caller, and for podman without a containers.conf of the caller's the
-repository's daemonless settings (docker/podman/: runc, cgroupfs, host network, vfs storage), which
-are what runs on a machine without a Docker engine. Containers the canary starts carry labels
+repository's daemonless settings (docker/podman/: runc, cgroupfs, host network, and the overlay or
+vfs store docker/podman/storage-conf.sh picks), which are what runs on a machine without a Docker
+engine. Containers the canary starts carry labels
 (MANAGED_LABEL, OWNER_LABEL) so that leftovers of a killed controller can be found and removed.
 """
 
@@ -17,6 +18,7 @@ import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,13 +48,42 @@ PASSTHROUGH_ENV = (
 )
 """What the CLI itself needs from the caller's environment (never handed to a container)."""
 PODMAN_CONF_DIR = REPO_ROOT / "docker" / "podman"
-DEFAULT_PODMAN_CONF = {
-    "CONTAINERS_CONF": PODMAN_CONF_DIR / "containers.conf",
-    "CONTAINERS_STORAGE_CONF": PODMAN_CONF_DIR / "storage.conf",
-}
+STORAGE_CONF_PICKER = PODMAN_CONF_DIR / "storage-conf.sh"
+STORAGE_PICK_TIMEOUT_S = 90.0
+
+
+@cache
+def repo_storage_conf() -> Path | None:
+    """The store `make` builds images into: what docker/podman/storage-conf.sh picks (overlay where podman
+    opens it, else vfs), asked once per process; None where the repository's podman settings are absent."""
+    if not STORAGE_CONF_PICKER.is_file():
+        return None
+    env = {k: v for k, v in os.environ.items() if k != "CONTAINERS_STORAGE_CONF"}
+    try:
+        picked = subprocess.run(
+            ["bash", str(STORAGE_CONF_PICKER)], env=env, capture_output=True, text=True, timeout=STORAGE_PICK_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ContainerError(f"{STORAGE_CONF_PICKER} did not answer within {STORAGE_PICK_TIMEOUT_S:.0f} s") from exc
+    path = Path(picked.stdout.strip())
+    if picked.returncode != 0 or not path.is_file():
+        raise ContainerError(f"{STORAGE_CONF_PICKER} failed (exit {picked.returncode}): {picked.stderr.strip()[-300:]}")
+    return path
+
+
+def repo_podman_conf() -> dict[str, Path]:
+    """CONTAINERS_CONF and CONTAINERS_STORAGE_CONF of the repository's daemonless podman settings."""
+    conf: dict[str, Path] = {}
+    if (PODMAN_CONF_DIR / "containers.conf").is_file():
+        conf["CONTAINERS_CONF"] = PODMAN_CONF_DIR / "containers.conf"
+    storage = repo_storage_conf()
+    if storage is not None:
+        conf["CONTAINERS_STORAGE_CONF"] = storage
+    return conf
+
 QUERY_TIMEOUT_S = 300.0
 """podman with vfs storage holds its storage lock while it copies a new container's whole image (3.2 GB for
-the CPU engine): a `ps` waits that long on a loaded machine (over 60 s was seen)."""
+the CPU engine): a `ps` waits that long on a loaded machine (over 60 s was seen). overlay does not copy."""
 PULL_TIMEOUT_S = 1800.0
 BUILD_TIMEOUT_S = 1800.0
 
@@ -209,9 +240,8 @@ def cli_env(flavour: Flavour, environ: Mapping[str, str] | None = None) -> dict[
     env = {"PATH": SYSTEM_PATH + ":/usr/sbin:/sbin", "HOME": environ.get("HOME", "/root"), "LANG": "C.UTF-8"}
     env.update({key: environ[key] for key in PASSTHROUGH_ENV if key in environ})
     if flavour == "podman":
-        for key, path in DEFAULT_PODMAN_CONF.items():
-            if key not in env and path.is_file():
-                env[key] = str(path)
+        for key, path in repo_podman_conf().items():
+            env.setdefault(key, str(path))
     return env
 
 

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from canary.targets.container_cli import repo_podman_conf
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,8 +93,8 @@ def podman() -> Iterator[Podman]:
     if missing:
         pytest.fail(f"{', '.join(missing)} not installed: run `make container-tools` (make test does)")
     env = dict(os.environ)
-    env.setdefault("CONTAINERS_CONF", str(REPO / "docker" / "podman" / "containers.conf"))
-    env.setdefault("CONTAINERS_STORAGE_CONF", str(REPO / "docker" / "podman" / "storage.conf"))
+    for key, path in repo_podman_conf().items():
+        env.setdefault(key, str(path))
     cli = Podman(shutil.which("podman") or "podman", env)
     yield cli
     # Whatever a failed test left behind goes (the last test fails if there was any).

@@ -27,6 +27,7 @@ import pytest
 
 from canary.images.patchseries import read_series
 from canary.paths import REPO_ROOT
+from canary.targets.container_cli import repo_podman_conf
 
 pytestmark = pytest.mark.slow
 
@@ -54,8 +55,8 @@ class Podman:
             pytest.fail("podman is not installed: run `make container-tools` (make test does)")
         self.binary = binary
         self.env = dict(os.environ)
-        self.env.setdefault("CONTAINERS_CONF", str(REPO_ROOT / "docker" / "podman" / "containers.conf"))
-        self.env.setdefault("CONTAINERS_STORAGE_CONF", str(REPO_ROOT / "docker" / "podman" / "storage.conf"))
+        for key, path in repo_podman_conf().items():
+            self.env.setdefault(key, str(path))
 
     def run(self, *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

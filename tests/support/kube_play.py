@@ -43,6 +43,7 @@ import yaml
 
 from canary.core.ports import free_port
 from canary.paths import REPO_ROOT
+from canary.targets.container_cli import repo_podman_conf
 from canary.targets.engine_env import cpu_binds
 from tests.k8s.k8s_helpers import run_helm
 
@@ -54,7 +55,7 @@ RELEASE = "vllm-pd"
 
 @dataclass(frozen=True)
 class Podman:
-    """podman with the repository's containers.conf and storage.conf (as `make` runs it)."""
+    """podman with the repository's containers.conf and the store `make` builds into."""
 
     binary: str
     env: dict[str, str]
@@ -65,8 +66,8 @@ class Podman:
         if binary is None:
             raise AssertionError("podman is not installed: run `make container-tools` (make test does)")
         env = dict(os.environ)
-        env.setdefault("CONTAINERS_CONF", str(REPO_ROOT / "docker" / "podman" / "containers.conf"))
-        env.setdefault("CONTAINERS_STORAGE_CONF", str(REPO_ROOT / "docker" / "podman" / "storage.conf"))
+        for key, path in repo_podman_conf().items():
+            env.setdefault(key, str(path))
         return cls(binary, env)
 
     def run(self, *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
