@@ -7,6 +7,8 @@ order (explicit, the key's own image reference, the CPU engine image plus a deri
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any, get_args
 
@@ -139,3 +141,48 @@ def test_ps_records_are_read_from_podman_arrays_and_docker_lines() -> None:
     assert [_container_record(r)["name"] for r in _json_records(podman)] == ["a", "b"]
     assert _container_record(_json_records(docker)[0]) == {"name": "c", "label:k": "v", "label:x": "y"}
     assert _json_records("") == []
+
+
+PICKER = REPO_ROOT / "docker" / "podman" / "storage-conf.sh"
+
+
+def _pick_storage(tmp_path: Path, podman_script: str | None, **extra: str) -> str:
+    """storage-conf.sh's answer with PATH holding the shell tools and, if given, a podman of this text."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    for tool in ("bash", "dirname", "grep", "timeout", "env", "cat"):
+        found = shutil.which(tool)
+        assert found, tool
+        (bin_dir / tool).symlink_to(found)
+    if podman_script is not None:
+        (bin_dir / "podman").write_text("#!/bin/bash\n" + podman_script, encoding="utf-8")
+        (bin_dir / "podman").chmod(0o755)
+    done = subprocess.run(
+        ["bash", str(PICKER)], env={"PATH": str(bin_dir), **extra}, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+def test_the_store_is_overlay_where_podman_opens_it(tmp_path: Path) -> None:
+    # a stand-in podman that reads the storage file it is pointed at, as podman does
+    opens = 'grep -q "driver = \\"overlay\\"" "$CONTAINERS_STORAGE_CONF" && echo overlay'
+    assert _pick_storage(tmp_path, opens) == str(PICKER.parent / "storage.conf")
+
+
+def test_the_store_falls_back_to_vfs_where_overlay_fails_or_podman_is_missing(tmp_path: Path) -> None:
+    fails = 'echo "Error: kernel does not support overlay fs" >&2; exit 125'
+    assert _pick_storage(tmp_path / "a", fails) == str(PICKER.parent / "storage-vfs.conf")
+    assert _pick_storage(tmp_path / "b", None) == str(PICKER.parent / "storage-vfs.conf")
+
+
+def test_a_storage_file_of_the_callers_own_wins(tmp_path: Path) -> None:
+    mine = str(tmp_path / "mine.conf")
+    assert _pick_storage(tmp_path, "exit 1", CONTAINERS_STORAGE_CONF=mine) == mine
+
+
+def test_the_two_store_files_name_their_driver_and_separate_graphroots() -> None:
+    overlay = (PICKER.parent / "storage.conf").read_text()
+    vfs = (PICKER.parent / "storage-vfs.conf").read_text()
+    assert 'driver = "overlay"' in overlay and 'driver = "vfs"' in vfs
+    root = [line for line in overlay.splitlines() if line.startswith("graphroot")]
+    assert root and root[0] not in vfs, "a store is tied to the driver that created it: the graphroots must differ"
