@@ -249,14 +249,13 @@ def stage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stage]:
             values = _merge(rendered, kp.engine_values(MODEL_CLAIM, [cell], stage.ports))
             objects, left_out = kp.playable(kp.helm_template("vllm-pd", kp.RELEASE, values, work))
             objects = [
-                kp.cores_apart(
-                    kp.empty_dirs_as_host_paths(
-                        kp.claims_as_host_paths(obj, {MODEL_CLAIM: model}), work / "empty", memory
-                    ),
-                    name,
-                )
+                kp.empty_dirs_as_host_paths(kp.claims_as_host_paths(obj, {MODEL_CLAIM: model}), work / "empty", memory)
                 for obj in objects
             ]
+            for role, bind in kp.role_cores().items():  # the chart's vllm.roleEnv reached the role's container
+                container = next(o for o in objects if o["metadata"]["name"] == f"{name}-{role}")
+                env = container["spec"]["template"]["spec"]["containers"][0]["env"]
+                assert bind[0] in env, (role, env)
             stage.engine_objects += objects
             stage.left_out += left_out
             stage.pod_names += [f"{obj['metadata']['name']}-pod-0" for obj in objects if obj["kind"] == "Deployment"]

@@ -553,3 +553,26 @@ def test_kubernetes_validate_cli_agrees(tmp_path: Path, helm_home: Path) -> None
     result = subprocess.run([str(cli), "-k", "1.33.0", "--strict", str(manifest)],
                             capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode != 0 and "replicaz" in result.stdout
+
+
+def test_role_env_reaches_only_its_role(helm_home: Path) -> None:
+    # A CPU cluster without the static CPU manager binds each role to cores of its own (values.yaml).
+    extra = [
+        "--set-json",
+        'vllm.roleEnv.prefill=[{"name": "VLLM_CPU_OMP_THREADS_BIND", "value": "0-3"}]',
+        "--set-json",
+        'vllm.roleEnv.decode=[{"name": "VLLM_CPU_OMP_THREADS_BIND", "value": "4-7"}]',
+    ]
+    values = [CHARTS / "vllm-pd" / "ci" / "pd-and-aggregated-values.yaml"]
+    docs = render("vllm-pd", helm_home, values, extra=extra)
+    seen: dict[str, str | None] = {}
+    for name, _, spec in pod_specs(docs):
+        container = spec["containers"][0]
+        if container["name"] == "router":
+            continue
+        role = name.rsplit("-", 1)[-1]
+        seen[role] = env_of(container).get("VLLM_CPU_OMP_THREADS_BIND")
+    assert seen.get("prefill") == "0-3" and seen.get("decode") == "4-7", seen
+    assert any(value is None for role, value in seen.items() if role not in ("prefill", "decode")), seen
+    bad = ["--set-json", 'vllm.roleEnv.router=[{"name": "X", "value": "1"}]']
+    assert "roleEnv" in render_error("vllm-pd", helm_home, values, extra=bad)

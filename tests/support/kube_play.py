@@ -15,7 +15,8 @@ here, and only here, with values a cluster user could set too:
   (the tiny model, the controller's results);
 - no CPU manager: on a cluster a CPU pod gets cores of its own, here both engines of a pair would
   spin vLLM's OpenMP threads on every core (TPOT 270 ms against 4 ms); each role gets the disjoint
-  cores the local target gives it (`cores_apart`);
+  cores the local target gives it through the chart's own `vllm.roleEnv` (`role_cores`), as a CPU
+  cluster without the static CPU manager would set it;
 - no Jobs or CronJobs: the controller's pod template runs as a Pod;
 - no API for the controller's Kubernetes target: it judges each pair as an endpoint (its `extraArgs`
   name the router and the servers' /metrics), so the pods' logs are not read by the controller.
@@ -146,6 +147,7 @@ def engine_values(
             "cacheSize": "2Gi",
             "startupTimeoutSeconds": 600,
             "probePeriodSeconds": 5,
+            "roleEnv": role_cores(),
         },
         "nixl": {"ucx": {"netDevices": "lo"}},
         "router": {
@@ -258,19 +260,11 @@ def services_on_loopback(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def cores_apart(obj: dict[str, Any], cell_name: str) -> dict[str, Any]:
-    """The prefill and decode containers of a pair bound to disjoint cores (VLLM_CPU_OMP_THREADS_BIND,
-    as `canary.targets.engine_env.cpu_binds` splits them for the local target)."""
+def role_cores() -> dict[str, list[dict[str, str]]]:
+    """vllm-pd's `vllm.roleEnv`: prefill and decode bound to disjoint cores (VLLM_CPU_OMP_THREADS_BIND, as
+    `canary.targets.engine_env.cpu_binds` splits them for the local target)."""
     binds = dict(zip(("prefill", "decode"), cpu_binds(os.cpu_count() or 1, 2), strict=True))
-    spec = _pod_spec(obj)
-    role = obj["metadata"]["name"].removeprefix(f"{cell_name}-")
-    bind = binds.get(role)
-    if spec is None or bind is None:
-        return obj
-    for container in spec.get("containers", []):
-        env = [entry for entry in container.get("env", []) if entry["name"] != "VLLM_CPU_OMP_THREADS_BIND"]
-        container["env"] = [*env, {"name": "VLLM_CPU_OMP_THREADS_BIND", "value": bind}]
-    return obj
+    return {role: [{"name": "VLLM_CPU_OMP_THREADS_BIND", "value": bind}] for role, bind in binds.items() if bind}
 
 
 def playable(objects: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:

@@ -290,6 +290,9 @@ vLLM server env of one role of one cell (a YAML list).
 {{- with .root.Values.vllm.env }}
 {{ toYaml . }}
 {{- end }}
+{{- with (get .root.Values.vllm.roleEnv .role) }}
+{{ toYaml . }}
+{{- end }}
 {{- with .cell.env }}
 {{ toYaml . }}
 {{- end }}
