@@ -75,7 +75,8 @@ def nightly_tags(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]
     assert len(ids) == len(tags), f"the tags are not {len(tags)} images: {ids}"
     yield tags
     for ref in tags:
-        podman.call("untag", ref, what=f"untag {ref}")
+        podman.call("untag", ref, ref, what=f"untag {ref}")  # this name only: nightly-1 is the engine image itself
+    assert podman.image_inspect(base) is not None, f"removing the test's tags took {base} with them"
 
 
 def test_bisect_over_three_local_tags_names_the_first_bad_image(nightly_tags: list[str], tmp_path: Path) -> None:
