@@ -82,6 +82,7 @@ pre{background:#f5f5f5;padding:8px;overflow-x:auto;font-size:12px;max-width:100%
 .cell{border-top:1px solid #e0e0e0;padding-top:4px}
 .swatch{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-1px;border:1px solid #90a4ae}
 table.pct td{text-align:right}
+table.steps td:first-child{min-width:0}
 """
 
 
@@ -108,11 +109,14 @@ def _why(result: CellResult) -> str:
     return why(result)
 
 
-def _banner(run: RunResult, trends: Trends) -> str:
-    """The outcome in one line, then every cell that kept the run from passing with why (linked),
-    then every cell that failed as expected with why (what the config expects is a finding too)."""
+def _banner(run: RunResult, trends: Trends, bisections: BisectFile | None = None) -> str:
+    """The outcome in one line, then every cell that kept the run from passing with why (linked, and
+    its bisection when it was bisected), then every cell that failed as expected with why (what the
+    config expects is a finding too)."""
     items = "".join(
-        f"<li>{_link(result)} {_badge(result.verdict)} {escape(_why(result))}</li>" for result in not_passing(run)
+        f"<li>{_link(result)} {_badge(result.verdict)} {escape(_why(result))}"
+        f"{_bisect_link(bisections, result, ' ')}</li>"
+        for result in not_passing(run)
     )
     listed = f"<ul>{items}</ul>" if items else ""
     expected = [r for r in run.cells if r.verdict == "expected-fail"]
@@ -334,14 +338,14 @@ def bisect_anchor(cell_id: str) -> str:
     return "bisect-" + anchor(cell_id)
 
 
-def _bisect_link(bisections: BisectFile | None, result: CellResult) -> str:
-    """A link from a bisected cell to its bisection (nothing for a cell not bisected)."""
+def _bisect_link(bisections: BisectFile | None, result: CellResult, before: str = "<br>") -> str:
+    """A link from a bisected cell to its bisection, after `before` (nothing for a cell not bisected)."""
     found = bisections.of(result.cell.id) if bisections is not None else None
     if found is None:
         return ""
     culprit = f": {found.culprit.name}" if found.culprit is not None else ""
     return (
-        f"<br><a class='bisect-link' href='#{escape(bisect_anchor(result.cell.id))}'>"
+        f"{before}<a class='bisect-link' href='#{escape(bisect_anchor(result.cell.id))}'>"
         f"bisect: {escape(OUTCOME_WORDS[found.outcome])}{escape(culprit)}</a>"
     )
 
@@ -368,10 +372,10 @@ _OBSERVED = {"good": "pass", "bad": "fail", "unknown": "invalid"}
 def _bisection(b: BisectReport) -> str:
     """One bisected cell: outcome and culprit, why, the range, then every step with its verdict and time."""
     culprit = culprit_text(b)
-    if b.culprit is not None and b.culprit.path:
-        culprit += f" ({b.culprit.path})"
     named = f"culprit: <b>{escape(culprit)}</b>" if culprit else "no culprit named"
     source = f"series <code>{escape(b.series)}</code>" if b.range_kind == "series" else "image range"
+    if b.culprit is not None and b.culprit.path:
+        source = f"patch file <code>{escape(b.culprit.path)}</code> of the {source}"
     rows = []
     for step in b.steps:
         verdict = str(step.evidence.get("verdict", _OBSERVED[step.observation]))
@@ -543,7 +547,7 @@ def render(
 <title>vllm-canary {escape(run.run_id)}</title>
 <style>{CSS}</style></head><body>
 <h1>vllm-canary run <code>{escape(run.run_id)}</code>: {status_word(run)}</h1>
-{_banner(run, trends)}
+{_banner(run, trends, bisections)}
 <p>config <code>{escape(run.config_name)}</code>, platform <code>{escape(run.platform)}</code>, target
 <code>{escape(run.target)}</code>; started {escape(run.started_at.isoformat(timespec="seconds"))}, finished
 {escape(finished)} ({run.duration_s:.0f} s){" <b>interrupted</b>" if run.interrupted else ""}; cells: {counts}</p>

@@ -4,7 +4,6 @@ the cells table; no section, and no link, without one."""
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from pathlib import Path
 
@@ -13,67 +12,12 @@ import pytest
 from canary.export.report import write_all
 from canary.export.report.grid import anchor
 from canary.export.report.html import bisect_anchor, write_html
-from canary.judge.bisection import BISECT_JSON, BisectFile, BisectReport, Culprit, StepRecord, point_label
+from canary.judge.bisection import BISECT_JSON
 from canary.judge.results import RunResult
+from tests.support.bisection import CULPRIT, NO_KV_CANDIDATE, SLOW_CANDIDATE, sample_bisections
 from tests.support.sample import sample_run
 
-SLOW = "agg.cpu_attn.b32.auto.v1.candidate"
-NO_KV = "pd.cpu_attn.p128-d128.auto.v1.candidate"
-NAMES = [f"0{i}-{'nixl-kv-beyond-first-block' if i == 5 else 'comment'}.patch" for i in range(1, 9)]
-STARTED = dt.datetime(2026, 12, 2, 16, 0, tzinfo=dt.UTC)
-
-
-def _step(number: int, point: int, phase: str, verdict: str, seconds: float) -> StepRecord:
-    return StepRecord(
-        number=number,
-        point=point,
-        label=point_label("series", NAMES, point),
-        phase=phase,  # type: ignore[arg-type]
-        observation="bad" if verdict == "fail" else "good",
-        detail=f"{verdict}: parity {'5/10 prompts beyond the null floor' if verdict == 'fail' else 'held'}",
-        evidence={"verdict": verdict},
-        duration_s=seconds,
-    )
-
-
-def _bisections(run: RunResult) -> BisectFile:
-    steps = [(8, "bad-end", "fail"), (0, "good-end", "pass"), (4, "search", "pass"), (6, "search", "fail")]
-    steps.append((5, "search", "fail"))
-    found = BisectReport(
-        cell=SLOW,
-        image="candidate",
-        range_kind="series",
-        range=NAMES,
-        series="tests/faults/bisect-series/series",
-        rerun_checks=["throughput"],
-        policy={"confirm": 1},
-        outcome="found",
-        reason="first bad: patches 01..05 (failed 2 of 2 runs); last good: patches 01..04 (passed 1 of 1)",
-        culprit=Culprit(
-            position=5,
-            name=NAMES[4],
-            subject="nixl: read every KV block after the first from block 0",
-            path="tests/faults/bisect-series/05-nixl-kv-beyond-first-block.patch",
-        ),
-        last_good=4,
-        first_bad=5,
-        steps=[_step(i, p, ph, v, 48.0 + i) for i, (p, ph, v) in enumerate(steps, start=1)],
-        cell_runs=5,
-        started_at=STARTED,
-        finished_at=STARTED + dt.timedelta(minutes=4),
-        duration_s=252.0,
-    )
-    unclear = found.model_copy(
-        update={
-            "cell": NO_KV,
-            "outcome": "inconclusive",
-            "reason": "the good end (no patch (the image without its series)) fails too",
-            "culprit": None,
-            "steps": found.steps[:2],
-            "cell_runs": 2,
-        }
-    )
-    return BisectFile(run_id=run.run_id, bisections=[found, unclear])
+SLOW, NO_KV = SLOW_CANDIDATE, NO_KV_CANDIDATE
 
 
 @pytest.fixture
@@ -90,7 +34,7 @@ def _cells_row(html: str, cell_id: str) -> str:
 
 def test_a_run_with_bisect_json_shows_each_bisection_and_links_it(run: RunResult, tmp_path: Path) -> None:
     write_all(run, tmp_path)
-    (tmp_path / BISECT_JSON).write_text(_bisections(run).model_dump_json())
+    (tmp_path / BISECT_JSON).write_text(sample_bisections(run.run_id).model_dump_json())
     html = write_html(run, tmp_path).read_text()
     assert html.count("<h2 id='bisect'>Bisection</h2>") == 1
     section = html[html.index("<h2 id='bisect'>") : html.index("<h2>Changes</h2>")]
@@ -114,10 +58,13 @@ def test_a_run_with_bisect_json_shows_each_bisection_and_links_it(run: RunResult
     assert "INCONCLUSIVE" in unclear and "no culprit named" in unclear and "the good end" in unclear
 
     slow_row = _cells_row(html, SLOW)
-    assert f"<a class='bisect-link' href='#{bisect_anchor(SLOW)}'>bisect: FOUND: {NAMES[4]}</a>" in slow_row
+    assert f"<a class='bisect-link' href='#{bisect_anchor(SLOW)}'>bisect: FOUND: {CULPRIT}</a>" in slow_row
     assert f"href='#{bisect_anchor(NO_KV)}'>bisect: INCONCLUSIVE</a>" in _cells_row(html, NO_KV)
     assert "bisect-link" not in _cells_row(html, "pd.cpu_attn.p32-d64.auto.v1.baseline")  # red, not bisected
     assert html.count(f"id='{bisect_anchor(SLOW)}'") == 1  # the link's target, once
+    banner = html[html.index("<div class='banner'") : html.index("</div>", html.index("<div class='banner'"))]
+    (slow_item,) = [li for li in banner.split("<li>") if f"href='#{anchor(SLOW)}'" in li]
+    assert f"href='#{bisect_anchor(SLOW)}'>bisect: FOUND: {CULPRIT}</a>" in slow_item  # the banner names it too
 
 
 def test_without_bisect_json_there_is_no_bisect_section(run: RunResult, tmp_path: Path) -> None:
