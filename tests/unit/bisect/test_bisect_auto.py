@@ -195,7 +195,7 @@ def test_a_cell_that_cannot_be_bisected_is_a_line_and_the_next_goes_on(tmp_path:
 
 def test_a_bisection_renders_the_report_again_and_records_the_history(tmp_path: Path) -> None:
     """What `canary bisect` and the automatic bisection share (canary.bisect.run.publish): the run's
-    summary.html shows bisect.json when the bisection ends, and the history gets its row."""
+    summary.html and summary.md show bisect.json when the bisection ends, and the history gets its row."""
     run = sample_run()
     run_dir = write_run_dir(tmp_path, run=run)
     with open_store(sqlite=tmp_path / "history.sqlite") as store:
@@ -209,6 +209,7 @@ def test_a_bisection_renders_the_report_again_and_records_the_history(tmp_path: 
     html = (run_dir / "summary.html").read_text()
     assert f"id='{bisect_anchor(SLOW_CANDIDATE)}'" in html and f"href='#{bisect_anchor(SLOW_CANDIDATE)}'" in html
     assert f"patch {CULPRIT}: nixl: read every KV block after the first" in html
+    assert f"- **bisect**: FOUND: patch {CULPRIT}" in (run_dir / "summary.md").read_text()
     with open_store(sqlite=tmp_path / "history.sqlite", create=False) as store:
         assert store.bisections_of(run.run_id) == [
             BisectionRow(run.run_id, SLOW_CANDIDATE, "found", CULPRIT, 5, report.duration_s)

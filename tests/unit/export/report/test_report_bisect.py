@@ -1,6 +1,7 @@
 """summary.html's bisect section: rendered from a run directory with a bisect.json (the sample run,
 tests/support/sample.py, and two bisected candidate cells), linked from the failing cells' rows of
-the cells table; no section, and no link, without one."""
+the cells table; no section, and no link, without one. summary.md names the culprit under the
+failing cell."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from canary.export.report import write_all
 from canary.export.report.grid import anchor
 from canary.export.report.html import bisect_anchor, write_html
+from canary.export.report.markdown import write_markdown
 from canary.judge.bisection import BISECT_JSON
 from canary.judge.results import RunResult
 from tests.support.bisection import CULPRIT, NO_KV_CANDIDATE, SLOW_CANDIDATE, sample_bisections
@@ -78,3 +80,18 @@ def test_an_unreadable_bisect_json_shows_no_section(run: RunResult, tmp_path: Pa
     (tmp_path / BISECT_JSON).write_text('{"run_id": 3}')
     html = write_html(run, tmp_path).read_text()
     assert "id='bisect'" not in html and "bisect-link" not in html
+
+
+def test_summary_md_names_the_culprit_under_the_failing_cell(run: RunResult, tmp_path: Path) -> None:
+    write_all(run, tmp_path)
+    assert "**bisect**" not in (tmp_path / "summary.md").read_text()
+    (tmp_path / BISECT_JSON).write_text(sample_bisections(run.run_id).model_dump_json())
+    text = write_markdown(run, tmp_path).read_text()
+    failures = text[text.index("## Failures and expected failures") :]
+    slow = failures[failures.index(f"`{SLOW}`: fail") :]
+    slow = slow[: slow.index("\n### ")]
+    assert f"- **bisect**: FOUND: patch {CULPRIT}: nixl: read every KV block" in slow
+    assert "(5 cell runs, 4.2 min; [bisect.md](bisect.md))" in slow
+    no_kv = failures[failures.index(f"`{NO_KV}`: fail") :]
+    assert "- **bisect**: INCONCLUSIVE: the good end" in no_kv
+    assert text.count("**bisect**") == 2  # the bisected cells only
