@@ -54,12 +54,11 @@ def baseline_counterpart(run: RunResult, result: CellResult, baseline: str) -> C
     return next((r for r in run.cells if r is not result and r.cell.axis_values() == want), None)
 
 
-def _why_not(run: RunResult, result: CellResult, config: CanaryConfig, baseline: str) -> str | None:
-    """Why a failed candidate cell is not bisected; None when it is."""
+def _why_not(result: CellResult, other: CellResult | None, config: CanaryConfig, baseline: str) -> str | None:
+    """Why a failed candidate cell (whose baseline counterpart is `other`) is not bisected; None when it is."""
     cell = result.cell
     if cell.mixed:
         return "it runs two images (a mixed pair): bisecting one is not supported yet"
-    other = baseline_counterpart(run, result, baseline)
     if other is None:
         return f"the run has no counterpart on the baseline image {baseline!r} to show the candidate is at fault"
     if other.verdict != "pass":
@@ -85,27 +84,20 @@ def choose(run: RunResult, config: CanaryConfig) -> list[Choice]:
     `bisect.max_cells` bisectable ones are."""
     baseline = run.baseline_image or config.baseline
     out: list[Choice] = []
-    chosen = 0
     for result in run.cells:
         if result.cell.image == baseline or result.verdict != "fail":
             continue
-        why_not = _why_not(run, result, config, baseline)
-        if why_not is not None:
-            out.append(Choice(result.cell.id, False, why_not))
-        elif chosen >= config.bisect.max_cells:
-            out.append(
-                Choice(
-                    result.cell.id,
-                    False,
-                    f"bisect.max_cells ({config.bisect.max_cells}) cells are bisected already: "
-                    f"canary bisect RUN --cell {result.cell.id}",
-                )
+        other = baseline_counterpart(run, result, baseline)
+        why_not = _why_not(result, other, config, baseline)
+        if why_not is None and sum(c.bisect for c in out) >= config.bisect.max_cells:
+            why_not = (
+                f"bisect.max_cells ({config.bisect.max_cells}) cells are bisected already: "
+                f"canary bisect RUN --cell {result.cell.id}"
             )
-        else:
-            chosen += 1
-            other = baseline_counterpart(run, result, baseline)
-            assert other is not None
+        if why_not is None and other is not None:  # (no counterpart always has a why_not)
             out.append(Choice(result.cell.id, True, f"failed on {result.cell.image}, passed as {other.cell.id}"))
+        else:
+            out.append(Choice(result.cell.id, False, why_not or ""))
     return out
 
 
@@ -131,8 +123,11 @@ def bisect_after_run(
         if not choice.bisect:
             progress(f"bisect: {choice.cell_id} is not bisected: {choice.why}")
     chosen = [c for c in choices if c.bisect]
+    if not choices:
+        progress("bisect: no cell of a candidate image failed: nothing to bisect")
+    elif not chosen:
+        progress(f"bisect: none of the {len(choices)} failed candidate cells is bisected (why: above)")
     if not chosen:
-        progress("bisect: no candidate cell failed where its baseline counterpart passed: nothing to bisect")
         return []
     reports: list[BisectReport] = []
     for index, choice in enumerate(chosen, start=1):

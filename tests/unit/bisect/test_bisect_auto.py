@@ -264,3 +264,18 @@ def test_canary_run_with_bisect_enabled_keeps_the_runs_exit_code(
         assert f"bisect: FOUND: {SLOW_CANDIDATE}: patch {CULPRIT}" in out
         assert [s.point for s in saved.steps] == [8, 0, 4, 6, 5]
     assert f"href='#{bisect_anchor(SLOW_CANDIDATE)}'" in (run_dir / "summary.html").read_text()
+
+
+def test_the_lines_say_why_nothing_is_bisected(tmp_path: Path) -> None:
+    lines: list[str] = []
+    no_series = _enabled(config_with_series(None))
+    assert bisect_after_run(sample_run(), no_series, tmp_path, progress=lines.append) == []
+    assert lines[-1] == "bisect: none of the 2 failed candidate cells is bisected (why: above)"
+    assert sum(" is not bisected: image 'candidate' has no patch series" in line for line in lines) == 2
+    green = sample_run().model_copy(deep=True)
+    for result in green.cells:
+        if result.cell.image == "candidate" and result.verdict == "fail":
+            result.verdict = "pass"
+    lines.clear()
+    assert bisect_after_run(green, _enabled(config_with_series()), tmp_path, progress=lines.append) == []
+    assert lines == ["bisect: no cell of a candidate image failed: nothing to bisect"]
