@@ -225,7 +225,7 @@ class HistoryStore:
         if not self._rows("SELECT 1 FROM canary_history_runs WHERE run_id = ?", [run_id]):
             raise HistoryError(
                 f"{self.where}: run {run_id} is not in the history, so its bisection is not recorded "
-                f"(canary history import RUN_DIR records both)"
+                "(canary history import RUN_DIR records both)"
             )
         with self._transaction() as cur:
             cur.execute(self._sql("DELETE FROM canary_history_bisections WHERE run_id = ?"), (run_id,))
