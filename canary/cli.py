@@ -366,6 +366,15 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         run = run_and_report(config, the_plan, config_path=str(args.config), console=console, results_from=results_from)
     except ConfigError as exc:
         raise blame_overrides(exc, list(args.overrides)) from None
+    if config.bisect.enabled:  # the run's verdict is written: bisecting adds files, never changes the exit code
+        from canary.bisect.auto import bisect_after_run
+        from canary.bisect.model import BISECT_JSON, BISECT_MD, headline
+
+        run_dir = Path(config.export.results_dir) / run.run_id
+        for report in bisect_after_run(run, config, run_dir):
+            console.print(f"bisect: {headline(report)}")
+        if (run_dir / BISECT_JSON).is_file():
+            console.print(f"bisect: {run_dir / BISECT_JSON}, {run_dir / BISECT_MD}")
     return exit_code(run)
 
 

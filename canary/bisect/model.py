@@ -7,93 +7,38 @@ from __future__ import annotations
 import datetime as dt
 import re
 from pathlib import Path
-from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from canary.bisect.search import OUTCOME_CODES, Outcome, SearchResult, Step
+from canary.bisect.search import SearchResult, Step
 from canary.core.atomic import write_atomic
 from canary.export.prometheus import schema
 from canary.export.prometheus.schema import Sample
+from canary.judge.bisection import (
+    BISECT_JSON,
+    OUTCOME_CODES,
+    OUTCOME_WORDS,
+    BisectFile,
+    BisectReport,
+    Culprit,
+    RangeKind,
+    StepRecord,
+    culprit_text,
+    load_file,
+    point_label,
+)
 
-BISECT_JSON, BISECT_MD, BISECT_PROM = "bisect.json", "bisect.md", "bisect.prom"
-SCHEMA_VERSION = 1
-RangeKind = Literal["series", "images"]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Culprit(_Model):
-    """The first bad patch (or image) of the range."""
-
-    position: int = Field(description="1-based position in the range (patch number / image after the good one).")
-    name: str = Field(description="The patch file name, or the image reference.")
-    subject: str = Field("", description="The patch's Subject line (series only).")
-    path: str = Field("", description="The patch file (series only).")
-
-
-class StepRecord(_Model):
-    """One cell run of the bisection."""
-
-    number: int
-    point: int = Field(description="Prefix length (series: patches applied) or image index (0 = the good one).")
-    label: str = Field(description="What ran: `patches 01..04` or the image reference.")
-    phase: Literal["bad-end", "good-end", "search", "confirm"]
-    observation: Literal["good", "bad", "unknown"]
-    detail: str = Field(description="The cell's verdict and reason.")
-    evidence: dict[str, Any] = Field(default_factory=dict, description="Checks, failing gates, the step's files.")
-    duration_s: float
-
-
-class BisectReport(_Model):
-    """One bisection of one cell."""
-
-    cell: str
-    image: str = Field(description="Image key whose range was bisected.")
-    range_kind: RangeKind
-    range: list[str] = Field(description="Patch file names in series order, or image references good .. bad.")
-    series: str = Field("", description="The series file bisected (series only).")
-    rerun_checks: list[str] = Field(description="The checks each step ran: those that failed in the run.")
-    policy: dict[str, Any]
-    outcome: Outcome | Literal["running"]
-    reason: str
-    culprit: Culprit | None = None
-    last_good: int = Field(description="Highest point known good.")
-    first_bad: int = Field(description="Lowest point known bad (the culprit when found).")
-    steps: list[StepRecord] = Field(default_factory=list)
-    cell_runs: int = 0
-    started_at: dt.datetime
-    finished_at: dt.datetime | None = None
-    duration_s: float = 0.0
-
-    def label(self, point: int) -> str:
-        """What ran at a point."""
-        return point_label(self.range_kind, self.range, point)
-
-
-class BisectFile(_Model):
-    """bisect.json: the bisections of a run's cells (the last one per cell)."""
-
-    schema_version: int = SCHEMA_VERSION
-    run_id: str
-    bisections: list[BisectReport] = Field(default_factory=list)
-
-
-def point_label(kind: RangeKind, names: list[str], point: int) -> str:
-    """`no patch` / `patches 01..05` (series) or the image reference (images)."""
-    if kind == "images":
-        return names[point]
-    if point == 0:
-        return "no patch (the image without its series)"
-    first, last = _number(names[0], 1), _number(names[point - 1], point)
-    return f"patch {first}" if point == 1 else f"patches {first}..{last}"
-
-
-def _number(name: str, position: int) -> str:
-    match = re.match(r"^(\d+)", name)
-    return match.group(1) if match else f"#{position}"
+BISECT_MD, BISECT_PROM = "bisect.md", "bisect.prom"
+__all__ = [
+    "BISECT_JSON",
+    "BISECT_MD",
+    "BISECT_PROM",
+    "BisectFile",
+    "BisectReport",
+    "Culprit",
+    "RangeKind",
+    "StepRecord",
+    "load_file",
+    "point_label",
+]
 
 
 def patch_subject(path: Path) -> str:
@@ -134,17 +79,6 @@ def apply_result(report: BisectReport, result: SearchResult, culprit: Culprit | 
 # --------------------------------------------------------------------------- writing
 
 
-def load_file(run_dir: Path, run_id: str) -> BisectFile:
-    """bisect.json of a run (empty when there is none or it cannot be read)."""
-    path = run_dir / BISECT_JSON
-    if path.is_file():
-        try:
-            return BisectFile.model_validate_json(path.read_text(encoding="utf-8"))
-        except ValueError:
-            pass
-    return BisectFile(run_id=run_id)
-
-
 def write_report(run_dir: Path, run_id: str, report: BisectReport) -> list[Path]:
     """Put the report into bisect.json (replacing the cell's earlier one) and rewrite bisect.md and
     bisect.prom; atomically, so Ctrl-C never leaves a half-written file."""
@@ -178,21 +112,14 @@ def samples(data: BisectFile) -> list[Sample]:
 
 
 _GLYPH = {"good": "✅ pass", "bad": "❌ fail", "unknown": "❔ unknown"}
-_OUTCOME = {
-    "found": "FOUND",
-    "not-reproduced": "NOT REPRODUCED",
-    "inconclusive": "INCONCLUSIVE",
-    "interrupted": "INTERRUPTED",
-    "running": "RUNNING",
-}
 
 
 def headline(b: BisectReport) -> str:
     """One line: the outcome and the culprit."""
     if b.culprit is not None:
-        what = f"patch {b.culprit.name}: {b.culprit.subject}" if b.range_kind == "series" else b.culprit.name
-        return f"{_OUTCOME[b.outcome]}: {b.cell}: {what} ({b.cell_runs} cell runs, {b.duration_s / 60:.1f} min)"
-    return f"{_OUTCOME[b.outcome]}: {b.cell}: {b.reason} ({b.cell_runs} cell runs, {b.duration_s / 60:.1f} min)"
+        what = culprit_text(b)
+        return f"{OUTCOME_WORDS[b.outcome]}: {b.cell}: {what} ({b.cell_runs} cell runs, {b.duration_s / 60:.1f} min)"
+    return f"{OUTCOME_WORDS[b.outcome]}: {b.cell}: {b.reason} ({b.cell_runs} cell runs, {b.duration_s / 60:.1f} min)"
 
 
 def _cell(text: str) -> str:

@@ -11,7 +11,9 @@ cell with the runner (canary.run.runner.run_cell), which stops whatever it start
 
 Files: <run>/bisect/<cell>/series/prefix-NN/ (each prefix as a series of its own), and
 <run>/bisect/<cell>/step-NN-pKK/cells/<cell>/ (each step's logs and evidence); the report goes to
-<run>/bisect.json, bisect.md and bisect.prom (canary.bisect.model) after every step.
+<run>/bisect.json, bisect.md and bisect.prom (canary.bisect.model) after every step; when the
+bisection ends (also on Ctrl-C) the run's summary.md and summary.html are rendered again (they show
+bisect.json) and the bisected cells go into the run history (`publish`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from canary.bisect.model import (
     Culprit,
     RangeKind,
     apply_result,
+    load_file,
     patch_subject,
     step_record,
     write_report,
@@ -37,6 +40,10 @@ from canary.checks.base import check_order
 from canary.config import CanaryConfig
 from canary.config.load import load_config, validate_config
 from canary.errors import UsageError
+from canary.export.history.record import record_bisections
+from canary.export.report.html import write_html
+from canary.export.report.markdown import write_markdown
+from canary.export.report.trends import load_trends
 from canary.images.patchseries import Series, SeriesError, read_series
 from canary.images.table import find_series
 from canary.judge.results import CellResult, RunResult, utc_now
@@ -314,7 +321,23 @@ def run_bisection(
         culprit = culprit_of(spec, result.first_bad)
     apply_result(report, result, culprit, utc_now())
     write_report(data.run_dir, data.run.run_id, report)
+    publish(data, progress)
     return report
+
+
+def publish(data: BisectInput, progress: Progress) -> None:
+    """The run's views of bisect.json after a bisection: summary.md and summary.html rendered again
+    (compared with the history as `canary run` rendered them; summary.html only where the run writes
+    one: export.html) and the bisected cells in the run history (export.history; a status line,
+    never an error)."""
+    config = data.config
+    trends = load_trends(data.run, config.export.history, data.run_dir.parent)
+    written = [write_markdown(data.run, data.run_dir, trends)]
+    if config.export.html:
+        written.append(write_html(data.run, data.run_dir, trends))
+    progress(f"bisect: reports {', '.join(str(p) for p in written)}")
+    for line in record_bisections(load_file(data.run_dir, data.run.run_id), config.export.history, data.run_dir.parent):
+        progress(line)
 
 
 def culprit_of(spec: RangeSpec, point: int) -> Culprit:

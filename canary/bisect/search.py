@@ -37,12 +37,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-Observation = Literal["good", "bad", "unknown"]
-Outcome = Literal["found", "not-reproduced", "inconclusive", "interrupted"]
-Phase = Literal["bad-end", "good-end", "search", "confirm"]
-OUTCOME_CODES: dict[Outcome, int] = {"found": 0, "not-reproduced": 1, "inconclusive": 2, "interrupted": 3}
+from canary.judge.bisection import OUTCOME_CODES, Observation, Outcome, Phase
+
+__all__ = ["OUTCOME_CODES", "Judgement", "Observation", "Outcome", "Phase", "Policy", "SearchResult", "Step", "bisect"]
 
 
 @dataclass(frozen=True)

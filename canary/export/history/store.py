@@ -10,6 +10,13 @@ canary_history_runs     one row per run (config, platform, target, baseline imag
 canary_history_cells    run x cell: image key and reference, topology, backend, verdict, reason
 canary_history_checks   run x cell x check: verdict, summary
 canary_history_metrics  run x cell x check x metric: value (CheckResult.metrics, finite values only)
+canary_history_bisections  run x bisected cell: outcome, culprit (patch file or image; '' when none),
+                        cell runs, duration (bisect.json; written by canary bisect and the automatic
+                        bisection after a run, read back by `history import`)
+
+A table added later is created on open (CREATE TABLE IF NOT EXISTS) without a new schema version:
+additive, so an older canary sharing the database keeps working (it never writes the new table,
+and a run it rewrites loses its rows there through the cascade).
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from canary.errors import CanaryError
-from canary.export.history.rows import RunRows
+from canary.export.history.rows import BisectionRow, RunRows
 
 SCHEMA_VERSION = 1
 DEFAULT_SQLITE_NAME = "history.sqlite"
@@ -67,11 +74,25 @@ SCHEMA: tuple[str, ...] = (
         metric TEXT NOT NULL,
         value DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (run_id, cell_id, check_name, metric))""",
+    """CREATE TABLE IF NOT EXISTS canary_history_bisections (
+        run_id TEXT NOT NULL REFERENCES canary_history_runs (run_id) ON DELETE CASCADE,
+        cell_id TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        culprit TEXT NOT NULL,
+        cell_runs INTEGER NOT NULL,
+        duration_s DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (run_id, cell_id))""",
     "CREATE INDEX IF NOT EXISTS canary_history_runs_time ON canary_history_runs (started_at, run_id)",
     """CREATE INDEX IF NOT EXISTS canary_history_metrics_series
         ON canary_history_metrics (cell_id, check_name, metric, run_id)""",
 )
-_TABLES = ("canary_history_metrics", "canary_history_checks", "canary_history_cells", "canary_history_runs")
+_TABLES = (
+    "canary_history_bisections",
+    "canary_history_metrics",
+    "canary_history_checks",
+    "canary_history_cells",
+    "canary_history_runs",
+)
 
 
 class HistoryError(CanaryError):
@@ -190,6 +211,25 @@ class HistoryStore:
                     self._sql(f"INSERT INTO canary_history_metrics VALUES ({_marks(5)})"),
                     [astuple(m) for m in rows.metrics],
                 )
+            self._insert_bisections(cur, rows.bisections)
+
+    def _insert_bisections(self, cur: Any, rows: Sequence[BisectionRow]) -> None:
+        if rows:
+            cur.executemany(
+                self._sql(f"INSERT INTO canary_history_bisections VALUES ({_marks(6)})"),
+                [astuple(b) for b in rows],
+            )
+
+    def write_bisections(self, run_id: str, rows: Sequence[BisectionRow]) -> None:
+        """Replace the bisections of a run already in the history (one transaction)."""
+        if not self._rows("SELECT 1 FROM canary_history_runs WHERE run_id = ?", [run_id]):
+            raise HistoryError(
+                f"{self.where}: run {run_id} is not in the history, so its bisection is not recorded "
+                "(canary history import RUN_DIR records both)"
+            )
+        with self._transaction() as cur:
+            cur.execute(self._sql("DELETE FROM canary_history_bisections WHERE run_id = ?"), (run_id,))
+            self._insert_bisections(cur, rows)
 
     # ------------------------------------------------------------------ reading
 
@@ -251,6 +291,15 @@ class HistoryStore:
             "SELECT cell_id, check_name, metric, value FROM canary_history_metrics WHERE run_id = ?", [run_id]
         )
         return {(r[0], r[1], r[2]): float(r[3]) for r in rows}
+
+    def bisections_of(self, run_id: str) -> list[BisectionRow]:
+        """The bisected cells of one run, by cell id."""
+        rows = self._rows(
+            "SELECT run_id, cell_id, outcome, culprit, cell_runs, duration_s FROM canary_history_bisections "
+            "WHERE run_id = ? ORDER BY cell_id",
+            [run_id],
+        )
+        return [BisectionRow(r[0], r[1], r[2], r[3], int(r[4]), float(r[5])) for r in rows]
 
     def resolve_run(self, ref: str) -> str:
         """A run id from a full id, a unique prefix, or 'latest' / 'previous'."""

@@ -3,7 +3,9 @@ people who run `make canary` without a Grafana: a banner that says why the run f
 heatmaps (each tile links to its cell's details), the per-cell numbers, what changed against the
 previous and the last good run with sparklines of the key metrics (canary.export.report.trends), the
 latency, throughput and GSM8K plots (invalid or corrupted cells hatched, never scaled to), and
-every cell's details. With the per-request samples of the load runs (canary.export.report.requests)
+every cell's details; with the run's bisect.json (canary bisect, or the automatic bisection after
+the run) a section per bisected cell: its outcome, culprit and steps, linked from the cell's row.
+With the per-request samples of the load runs (canary.export.report.requests)
 it draws each cell's latency distribution (p1-p99) and the time series of its load run. Colours mean
 one thing each (canary.core.svg.PALETTE for data, canary.judge.verdicts for verdicts; a legend says
 which). Readable from 900 px wide: each cell's why sits left of the numbers (visible without
@@ -56,6 +58,7 @@ from canary.export.report.trends import (
     same_run,
     verdict_changed,
 )
+from canary.judge.bisection import OUTCOME_WORDS, BisectFile, BisectReport, culprit_text, read_file
 from canary.judge.results import LATENCIES, CellResult, RunResult
 from canary.judge.verdicts import BY_NAME, OUTCOME_COLOR, VERDICT_COLOR
 
@@ -79,6 +82,7 @@ pre{background:#f5f5f5;padding:8px;overflow-x:auto;font-size:12px;max-width:100%
 .cell{border-top:1px solid #e0e0e0;padding-top:4px}
 .swatch{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-1px;border:1px solid #90a4ae}
 table.pct td{text-align:right}
+table.steps td:first-child{min-width:0}
 """
 
 
@@ -105,11 +109,14 @@ def _why(result: CellResult) -> str:
     return why(result)
 
 
-def _banner(run: RunResult, trends: Trends) -> str:
-    """The outcome in one line, then every cell that kept the run from passing with why (linked),
-    then every cell that failed as expected with why (what the config expects is a finding too)."""
+def _banner(run: RunResult, trends: Trends, bisections: BisectFile | None = None) -> str:
+    """The outcome in one line, then every cell that kept the run from passing with why (linked, and
+    its bisection when it was bisected), then every cell that failed as expected with why (what the
+    config expects is a finding too)."""
     items = "".join(
-        f"<li>{_link(result)} {_badge(result.verdict)} {escape(_why(result))}</li>" for result in not_passing(run)
+        f"<li>{_link(result)} {_badge(result.verdict)} {escape(_why(result))}"
+        f"{_bisect_link(bisections, result, ' ')}</li>"
+        for result in not_passing(run)
     )
     listed = f"<ul>{items}</ul>" if items else ""
     expected = [r for r in run.cells if r.verdict == "expected-fail"]
@@ -326,18 +333,80 @@ def _accuracy_chart(run: RunResult) -> str:
     )
 
 
-def _table(run: RunResult) -> str:
-    """Per cell its verdict and why (left, so visible at any width) and then its numbers."""
+def bisect_anchor(cell_id: str) -> str:
+    """The id of a cell's bisection in summary.html: 'bisect-' + the cell's anchor."""
+    return "bisect-" + anchor(cell_id)
+
+
+def _bisect_link(bisections: BisectFile | None, result: CellResult, before: str = "<br>") -> str:
+    """A link from a bisected cell to its bisection, after `before` (nothing for a cell not bisected)."""
+    found = bisections.of(result.cell.id) if bisections is not None else None
+    if found is None:
+        return ""
+    culprit = f": {found.culprit.name}" if found.culprit is not None else ""
+    return (
+        f"{before}<a class='bisect-link' href='#{escape(bisect_anchor(result.cell.id))}'>"
+        f"bisect: {escape(OUTCOME_WORDS[found.outcome])}{escape(culprit)}</a>"
+    )
+
+
+def _table(run: RunResult, bisections: BisectFile | None = None) -> str:
+    """Per cell its verdict and why (left, so visible at any width) and then its numbers; a bisected
+    cell links to its bisection."""
     head = "".join(f"<th>{escape(h)}</th>" for h in ("cell", "why", *(c.header for c in DETAIL_COLUMNS), "KV grain"))
     rows = []
     for result in run.cells:
         values = "".join(f"<td class='num'>{escape(cell_value(result, c))}</td>" for c in DETAIL_COLUMNS)
         rows.append(
-            f"<tr><td>{_link(result)}<br>{_badge(result.verdict)}</td>"
+            f"<tr><td>{_link(result)}<br>{_badge(result.verdict)}{_bisect_link(bisections, result)}</td>"
             f"<td class='reason' title='{escape(result.reason)}'>{escape(_why(result))}</td>{values}"
             f"<td>{escape(kv_grain(result))}</td></tr>"
         )
     return f"<div class='scroll'><table class='cells'><tr>{head}</tr>{''.join(rows)}</table></div>"
+
+
+_OBSERVED = {"good": "pass", "bad": "fail", "unknown": "invalid"}
+"""A step's observation as a verdict colour when its evidence has no verdict (a scripted step)."""
+
+
+def _bisection(b: BisectReport) -> str:
+    """One bisected cell: outcome and culprit, why, the range, then every step with its verdict and time."""
+    culprit = culprit_text(b)
+    named = f"culprit: <b>{escape(culprit)}</b>" if culprit else "no culprit named"
+    source = f"series <code>{escape(b.series)}</code>" if b.range_kind == "series" else "image range"
+    if b.culprit is not None and b.culprit.path:
+        source = f"patch file <code>{escape(b.culprit.path)}</code> of the {source}"
+    rows = []
+    for step in b.steps:
+        verdict = str(step.evidence.get("verdict", _OBSERVED[step.observation]))
+        badge = _badge(verdict) if verdict in VERDICT_COLOR else escape(verdict)
+        rows.append(
+            f"<tr><td>{step.number}</td><td>{escape(step.phase)}</td><td>{escape(step.label)}</td>"
+            f"<td>{badge}</td><td class='num'>{step.duration_s / 60:.1f} min</td>"
+            f"<td class='reason'>{escape(step.detail[:300])}</td></tr>"
+        )
+    head = "<tr><th>#</th><th>phase</th><th>ran</th><th>verdict</th><th>time</th><th>detail</th></tr>"
+    steps = f"<div class='scroll'><table class='steps'>{head}{''.join(rows)}</table></div>" if rows else ""
+    return (
+        f"<section class='bisection' id='{escape(bisect_anchor(b.cell))}'>"
+        f"<h3><a href='#{escape(anchor(b.cell))}'>{_cell_id(b.cell)}</a> "
+        f"<span class='outcome'>{escape(OUTCOME_WORDS[b.outcome])}</span></h3>"
+        f"<p>{named}; {b.cell_runs} cell runs in {b.duration_s / 60:.1f} min</p>"
+        f"<p class='note'>{escape(b.reason)}</p>"
+        f"<p class='note'>{source} of image <code>{escape(b.image)}</code>, {len(b.range)} entries; each step "
+        f"reran {escape(', '.join(b.rerun_checks) or 'startup only')}</p>{steps}</section>"
+    )
+
+
+def _bisections(bisections: BisectFile | None) -> str:
+    """The bisect section (nothing when the run has no bisect.json, or it names no cell)."""
+    if bisections is None or not bisections.bisections:
+        return ""
+    return (
+        "<h2 id='bisect'>Bisection</h2><p class='note'>The first patch of the image's series (or image of a "
+        "range) that turns each red cell red, found by rerunning the cell's failed checks (bisect.json, "
+        "bisect.md).</p>" + "".join(_bisection(b) for b in bisections.bisections)
+    )
 
 
 def _against(seen: Seen | None, result: CellResult) -> str:
@@ -460,9 +529,15 @@ def _details(run: RunResult, trends: Trends, requests: dict[str, Requests]) -> s
     return "".join(parts)
 
 
-def render(run: RunResult, trends: Trends | None = None, requests: dict[str, Requests] | None = None) -> str:
+def render(
+    run: RunResult,
+    trends: Trends | None = None,
+    requests: dict[str, Requests] | None = None,
+    bisections: BisectFile | None = None,
+) -> str:
     """The HTML report of a run, compared with its history when trends are given, with its latency
-    distributions when the per-request samples of its load runs are given."""
+    distributions when the per-request samples of its load runs are given, and its bisect section
+    when its bisections are."""
     trends = trends or Trends()
     requests = requests or {}
     counts = " ".join(f"{_badge(v)} {n}" for v, n in sorted(run.counts().items()))
@@ -472,12 +547,13 @@ def render(run: RunResult, trends: Trends | None = None, requests: dict[str, Req
 <title>vllm-canary {escape(run.run_id)}</title>
 <style>{CSS}</style></head><body>
 <h1>vllm-canary run <code>{escape(run.run_id)}</code>: {status_word(run)}</h1>
-{_banner(run, trends)}
+{_banner(run, trends, bisections)}
 <p>config <code>{escape(run.config_name)}</code>, platform <code>{escape(run.platform)}</code>, target
 <code>{escape(run.target)}</code>; started {escape(run.started_at.isoformat(timespec="seconds"))}, finished
 {escape(finished)} ({run.duration_s:.0f} s){" <b>interrupted</b>" if run.interrupted else ""}; cells: {counts}</p>
 <h2>Matrix</h2>{_heatmaps(run)}
-<h2>Cells</h2>{_table(run)}
+<h2>Cells</h2>{_table(run, bisections)}
+{_bisections(bisections)}
 <h2>Changes</h2>{_changes(run, trends)}
 <h2>Latency under load</h2>{_data_legend()}{_latency_charts(run)}{_distributions(run, requests)}
 <h2>Throughput</h2>{_throughput_chart(run)}
@@ -488,5 +564,7 @@ def render(run: RunResult, trends: Trends | None = None, requests: dict[str, Req
 
 
 def write_html(run: RunResult, run_dir: Path, trends: Trends | None = None) -> Path:
-    """Write summary.html (with the per-request samples recorded under run_dir)."""
-    return write_atomic(run_dir / "summary.html", render(run, trends, load_requests(run, run_dir)))
+    """Write summary.html (with the per-request samples recorded under run_dir, and its bisect.json
+    whenever there is one: `canary bisect` renders it again after a bisection)."""
+    html = render(run, trends, load_requests(run, run_dir), read_file(run_dir))
+    return write_atomic(run_dir / "summary.html", html)

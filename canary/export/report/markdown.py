@@ -1,6 +1,7 @@
 """summary.md: the outcome and why, the run at a glance (matrix grids: each entry links to its
 cell's row), per-cell numbers, what changed against the previous and the last good run (with a
-text sparkline of the key metrics, canary.export.report.trends), then why cells failed."""
+text sparkline of the key metrics, canary.export.report.trends), then why cells failed (with the
+culprit a bisection named, from the run's bisect.json whenever there is one)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from canary.export.report.grid import (
 )
 from canary.export.report.outcome import attempts_line, headline, not_passing, status_word, why
 from canary.export.report.trends import KEY_METRICS, NO_PREVIOUS, Trends, changes, same_run
+from canary.judge.bisection import OUTCOME_WORDS, BisectFile, culprit_text, read_file
 from canary.judge.results import CellResult, RunResult
 from canary.judge.verdicts import FAILING_VERDICTS, VERDICT_SYMBOL
 
@@ -173,12 +175,23 @@ def _excerpt(result: CellResult) -> list[str]:
     return []
 
 
-def _failures(run: RunResult) -> list[str]:
+def _bisected(bisections: BisectFile | None, result: CellResult) -> list[str]:
+    """A bisected cell's outcome and culprit, pointing at bisect.md (nothing for a cell not bisected)."""
+    found = bisections.of(result.cell.id) if bisections is not None else None
+    if found is None:
+        return []
+    what = culprit_text(found) or found.reason
+    runs = f"{found.cell_runs} cell runs, {found.duration_s / 60:.1f} min"
+    return [f"- **bisect**: {OUTCOME_WORDS[found.outcome]}: {_escape(what)} ({runs}; [bisect.md](bisect.md))"]
+
+
+def _failures(run: RunResult, bisections: BisectFile | None = None) -> list[str]:
     lines: list[str] = []
     for result in run.cells:
         if result.verdict not in FAILING_VERDICTS and result.verdict != "expected-fail":
             continue
         lines += [f"### {VERDICT_SYMBOL[result.verdict]} `{result.cell.id}`: {result.verdict}", "", result.reason, ""]
+        lines += _bisected(bisections, result)
         for check in result.checks:
             if check.verdict == "pass":
                 continue
@@ -201,8 +214,9 @@ def _failures(run: RunResult) -> list[str]:
     return lines
 
 
-def render(run: RunResult, trends: Trends | None = None) -> str:
-    """The Markdown summary of a run, compared with its history when trends are given."""
+def render(run: RunResult, trends: Trends | None = None, bisections: BisectFile | None = None) -> str:
+    """The Markdown summary of a run, compared with its history when trends are given, naming what
+    the bisections found when they are given."""
     trends = trends or Trends()
     counts = ", ".join(f"{VERDICT_SYMBOL[v]} {v}: {n}" for v, n in sorted(run.counts().items()))
     status = status_word(run)
@@ -229,12 +243,12 @@ def render(run: RunResult, trends: Trends | None = None) -> str:
     if images:
         lines += ["## Images", "", *images]
     lines += ["## Changes", "", *_changes(run, trends)]
-    failures = _failures(run)
+    failures = _failures(run, bisections)
     if failures:
         lines += ["## Failures and expected failures", "", *failures]
     return "\n".join(lines).rstrip() + "\n"
 
 
 def write_markdown(run: RunResult, run_dir: Path, trends: Trends | None = None) -> Path:
-    """Write summary.md."""
-    return write_atomic(run_dir / "summary.md", render(run, trends))
+    """Write summary.md (with its bisect.json whenever there is one: a bisection renders it again)."""
+    return write_atomic(run_dir / "summary.md", render(run, trends, read_file(run_dir)))
