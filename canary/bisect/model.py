@@ -114,12 +114,15 @@ def samples(data: BisectFile) -> list[Sample]:
 _GLYPH = {"good": "✅ pass", "bad": "❌ fail", "unknown": "❔ unknown"}
 
 
+def spent_s(b: BisectReport) -> float:
+    """Seconds spent: the whole bisection once it ended, the steps so far while it runs."""
+    return b.duration_s if b.finished_at is not None else sum(s.duration_s for s in b.steps)
+
+
 def headline(b: BisectReport) -> str:
-    """One line: the outcome and the culprit."""
-    if b.culprit is not None:
-        what = culprit_text(b)
-        return f"{OUTCOME_WORDS[b.outcome]}: {b.cell}: {what} ({b.cell_runs} cell runs, {b.duration_s / 60:.1f} min)"
-    return f"{OUTCOME_WORDS[b.outcome]}: {b.cell}: {b.reason} ({b.cell_runs} cell runs, {b.duration_s / 60:.1f} min)"
+    """One line: the outcome and the culprit (or the reason), the runs and minutes spent."""
+    what = culprit_text(b) if b.culprit is not None else b.reason or "started"
+    return f"{OUTCOME_WORDS[b.outcome]}: {b.cell}: {what} ({b.cell_runs} cell runs, {spent_s(b) / 60:.1f} min)"
 
 
 def _cell(text: str) -> str:
@@ -134,7 +137,8 @@ def render_markdown(data: BisectFile) -> str:
         lines.append(f"- reason: {b.reason}")
         if b.culprit is not None:
             where = f" (`{b.culprit.path}`)" if b.culprit.path else ""
-            lines.append(f"- culprit: #{b.culprit.position} `{b.culprit.name}`{where}: {b.culprit.subject}")
+            subject = f": {b.culprit.subject}" if b.culprit.subject else ""  # an image has none
+            lines.append(f"- culprit: #{b.culprit.position} `{b.culprit.name}`{where}{subject}")
         source = f"series `{b.series}`" if b.range_kind == "series" else "image range"
         lines.append(f"- range: {source}, image `{b.image}`, {len(b.range)} entries: " + ", ".join(b.range))
         lines.append(f"- narrowed to: last good {b.label(b.last_good)}; first bad {b.label(b.first_bad)}")

@@ -216,3 +216,21 @@ def test_an_image_step_runs_that_image_for_the_cell_image_key(tmp_path: Path) ->
     config = step_config(container, "baseline", ["parity"], "x", image_ref="localhost/vllm-cpu:nightly-2")
     assert config.target.container.images["baseline"] == "localhost/vllm-cpu:nightly-2"
     assert config.images["baseline"].patches is None and not config.checks.accuracy.enabled
+
+
+def test_the_headline_counts_the_minutes_of_a_running_bisection_and_an_image_has_no_subject() -> None:
+    from canary.bisect.model import headline, render_markdown
+    from tests.support.bisection import sample_bisections
+
+    data = sample_bisections("r1")
+    found = data.bisections[0]
+    assert headline(found).endswith("(5 cell runs, 4.2 min)")  # finished: the whole bisection's time
+    running = found.model_copy(update={"outcome": "running", "finished_at": None, "duration_s": 0.0})
+    spent = sum(s.duration_s for s in running.steps) / 60
+    assert headline(running).endswith(f"({running.cell_runs} cell runs, {spent:.1f} min)") and spent > 0
+    assert running.culprit is not None
+    image = found.model_copy(
+        update={"range_kind": "images", "culprit": running.culprit.model_copy(update={"subject": "", "path": ""})}
+    )
+    line = next(x for x in render_markdown(BisectFile(run_id="r1", bisections=[image])).splitlines() if "culprit" in x)
+    assert not line.rstrip().endswith(":"), line
