@@ -72,6 +72,7 @@ CANDIDATE_SERIES = [
     "checks.throughput.enabled=false",
     "checks.kv_transfer.enabled=false",
     "bisect.enabled=true",
+    "export.html=true",  # configs/selftest.yaml writes no summary.html
 ]
 
 
