@@ -87,6 +87,9 @@ class WorkloadSpec(BaseModel):
     max_duration_s: float = Field(120.0, gt=0, description="Hard bound on the whole run, warm-up included.")
     request_timeout_s: float = Field(60.0, gt=0, description="Network timeout of one request (per read).")
     seed: int = Field(0, description="Seed of lengths, prompts and arrivals.")
+    arrival_seed: int | None = Field(
+        None, description="Seed of the arrival schedule alone (None: `seed`); fresh prompts, the same schedule."
+    )
     token_pool: list[int] | None = Field(
         None, description="Token ids to build prompts from (completions); None: text prompts."
     )
@@ -184,7 +187,8 @@ def build_plan(spec: WorkloadSpec) -> list[PlannedRequest]:
     if spec.request_rate is None:
         offsets = [None] * total
     else:  # its own generator: the same seed gives the same schedule whatever the lengths
-        offsets = list(schedule(total, spec.request_rate, spec.burstiness, spec.seed, spec.ramp_s))
+        seed = spec.seed if spec.arrival_seed is None else spec.arrival_seed
+        offsets = list(schedule(total, spec.request_rate, spec.burstiness, seed, spec.ramp_s))
     plan: list[PlannedRequest] = []
     for index in range(total):
         prompt: list[int] | str
