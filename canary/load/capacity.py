@@ -3,8 +3,9 @@
 The method (docs/methodology/capacity.md has the reasoning):
 
 - SLO: a request *meets* it when it succeeded, its TTFT <= `ttft_s` and the p99 of its own
-  inter-token gaps <= `itl_s`; a failed request, or one cut by the deadline, misses it. The SLO
-  *holds* at a rate when the share of requests meeting it (the attainment) is >= `attainment`.
+  inter-token gaps (or their mean, its TPOT: `itl_statistic`) <= `itl_s`; a failed request, or
+  one cut by the deadline, misses it. The SLO *holds* at a rate when the share of requests meeting
+  it (the attainment) is >= `attainment`.
 - A probe is one open-loop run at one rate (`measure(rate) -> RateResult`): its attainment is a
   binomial proportion (k of n requests), so it carries a Wilson score interval.
 - A probe *over-saturates* the server (and counts as a failure whatever its attainment) when the
@@ -38,7 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from canary.core.stats import wilson_interval
 from canary.load.launch import LoadError, run_load
@@ -54,18 +55,24 @@ class CapacitySlo:
     itl_s: float = 0.1
     attainment: float = 0.9
     confidence: float = 0.95
+    itl_statistic: Literal["p99", "mean"] = "p99"  # of the request's own gaps; mean: its TPOT
 
     def __post_init__(self) -> None:
         if self.ttft_s <= 0 or self.itl_s <= 0:
             raise ValueError("SLO limits must be positive")
         if not 0.0 < self.attainment < 1.0:
             raise ValueError(f"attainment must lie strictly between 0 and 1, got {self.attainment}")
+        if self.itl_statistic not in ("p99", "mean"):
+            raise ValueError(f"itl_statistic must be p99 or mean, got {self.itl_statistic!r}")
 
     def met(self, sample: Sample) -> bool:
         """Whether one request met the SLO (a failed request never does)."""
         if not sample.ok or sample.ttft_s is None or sample.ttft_s > self.ttft_s:
             return False
-        return not sample.itl_s or percentile(sample.itl_s, 99) <= self.itl_s
+        if not sample.itl_s:
+            return True
+        gap = statistics.fmean(sample.itl_s) if self.itl_statistic == "mean" else percentile(sample.itl_s, 99)
+        return gap <= self.itl_s
 
 
 @dataclass(frozen=True)

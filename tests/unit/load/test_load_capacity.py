@@ -123,6 +123,7 @@ def test_a_request_meets_the_slo_only_when_it_succeeded_in_time() -> None:
     slow_gaps = _sample(0, 0.0, 0.1)
     slow_gaps.itl_s = [0.01] * 98 + [0.2, 0.2]
     assert not SLO.met(slow_gaps)  # its own p99 gap is over the ITL limit
+    assert CapacitySlo(ttft_s=1.0, itl_s=0.05, itl_statistic="mean").met(slow_gaps)  # its TPOT (13.8 ms) is not
     result = rate_result(1.0, [_sample(i, float(i), 0.1) for i in range(10)], SLO, seconds=10.0, cut=2)
     assert result.requests == 12 and result.met == 10  # a request cut by the deadline is a miss
     with pytest.raises(ValueError):
