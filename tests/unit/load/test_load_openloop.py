@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from canary.load.capacity import CapacitySlo, LoadMeasure
 from canary.load.launch import LoadResult, run_load
 from canary.load.schedule import schedule
 from canary.load.workload import WorkloadSpec
@@ -95,3 +96,16 @@ def test_over_saturation_stops_the_sending(standin: ScriptedServer, tmp_path: Pa
     assert result.not_sent > 0 and len(result.samples) == 120 - result.not_sent
     assert result.metrics["max_in_flight_seen"] == 10
     assert result.metrics["requests_not_sent"] == result.not_sent
+
+
+def test_the_real_capacity_measure_probes_one_rate(standin: ScriptedServer, tmp_path: Path) -> None:
+    """LoadMeasure end to end: an open-loop run of the client at one rate, judged into a RateResult."""
+    standin.reset()
+    slo = CapacitySlo(ttft_s=1.0, itl_s=0.1)
+    measure = LoadMeasure(base=_spec(standin), work_dir=tmp_path, slo=slo, seconds_per_probe=2.0, min_requests=30)
+    probe = measure(15.0)
+    assert probe.requests == 30 and probe.met == 30 and probe.passes(slo), probe
+    assert probe.saturated is None and probe.invalid is None
+    assert probe.ttft_p50_s is not None and probe.ttft_p50_s == pytest.approx(TTFT_S, abs=0.1)
+    assert measure.runs[0]["rate"] == 15.0 and (tmp_path / "probe-00-15.json").exists()
+    assert len(standin.records()) == 30
