@@ -10,14 +10,16 @@ The method (docs/methodology/capacity.md has the reasoning):
   binomial proportion (k of n requests), so it carries a Wilson score interval.
 - A probe *over-saturates* the server (and counts as a failure whatever its attainment) when the
   sender had to stop (too many in flight), when completions per second fell below
-  `min_throughput_ratio` x the offered rate, or when queueing grew during the run (the median TTFT
+  `min_throughput_ratio` x the rate requests were sent at, or when queueing grew during the run (the median TTFT
   of the last third of requests > `queue_growth` x that of the first third, and above half the TTFT
   limit). A short run that starts on an empty server shows good latencies for a while even at
   a rate it cannot sustain; these rules keep that transient from passing.
 - Search: from `start_rate`, multiply by `growth` while the SLO holds (divide while it fails), then
   bisect (geometric midpoint) between the highest passing rate below the lowest failing one, until
-  they are within `precision` of each other, or the budget (requests, seconds, probes) is spent, or
-  a probe is invalid (the client, not the server, limited it: the search cannot go on honestly).
+  they are within `precision` of each other, or the budget (requests, seconds, probes) is spent. A
+  probe that is invalid (the client, not the server, limited it) is measured again
+  (`retry_invalid`); a rate still invalid passes nothing and bounds the bracket from above like a
+  failure, but never the confident interval (nothing is known there), and the result notes it.
   A converged bracket whose confident interval is still open on a side gets up to 3 more probes
   on that side, sqrt(growth) apart, outward from the furthest probe there.
 - Result: `estimate` is the highest passing rate below the lowest failing one (a point decision:
@@ -186,10 +188,10 @@ def saturation(
     """Why a probe over-saturated the server, or None (`measured` in send order)."""
     if stop_reason.startswith("over-saturated"):
         return stop_reason
-    if result.throughput is not None and result.throughput < rules.min_throughput_ratio * result.offered_rate:
+    sent = result.achieved_rate or result.offered_rate  # what was sent, not what the schedule's luck promised
+    if result.throughput is not None and result.throughput < rules.min_throughput_ratio * sent:
         return (
-            f"throughput {result.throughput:.3g} req/s < {rules.min_throughput_ratio:.0%} of the offered "
-            f"{result.offered_rate:.3g} req/s"
+            f"throughput {result.throughput:.3g} req/s < {rules.min_throughput_ratio:.0%} of the {sent:.3g} req/s sent"
         )
     ttft = [s.ttft_s for s in measured if s.ok and s.ttft_s is not None]
     if len(ttft) >= rules.min_requests_for_trend:
@@ -217,6 +219,7 @@ class SearchSettings:
     budget_requests: int = 3000
     budget_s: float = 900.0
     max_probes: int = 16
+    retry_invalid: int = 1  # measurements of a rate while the client was the bottleneck, beyond the first
 
     def __post_init__(self) -> None:
         if self.growth <= 1.0:
@@ -233,10 +236,17 @@ class CapacityResult:
     settings: SearchSettings
     probes: list[RateResult] = field(default_factory=list)
     stop_reason: str = ""
+    notes: list[str] = field(default_factory=list)  # rates the client could not measure
 
     def _best(self) -> tuple[float | None, float | None]:
-        """(highest passing rate below the lowest failing one, that lowest failing rate)."""
-        fails = [p.offered_rate for p in self.probes if p.invalid is None and not p.passes(self.slo)]
+        """(highest passing rate below the lowest failing one, that lowest failing rate). A rate the
+        client could not measure (invalid, never valid on a retry) bounds it too: nothing is known there."""
+        valid = {p.offered_rate for p in self.probes if p.invalid is None}
+        fails = [
+            p.offered_rate
+            for p in self.probes
+            if not p.passes(self.slo) and (p.invalid is None or p.offered_rate not in valid)
+        ]
         hi = min(fails) if fails else None
         passes = [p.offered_rate for p in self.probes if p.passes(self.slo) and (hi is None or p.offered_rate < hi)]
         return (max(passes) if passes else None), hi
@@ -289,6 +299,7 @@ class CapacityResult:
             "seconds_used": self.seconds_used,
             "probes": len(self.probes),
             "stop_reason": self.stop_reason,
+            "notes": self.notes,
             "slo": asdict(self.slo),
             "settings": asdict(self.settings),
             "curve": self.curve(),
@@ -313,71 +324,94 @@ def search_capacity(
         return None
 
     def probe(rate: float) -> RateResult | None:
-        """Measure one rate; None (and a stop reason) when the budget is spent or the probe is invalid."""
-        if (why := spent()) is not None:
-            result.stop_reason = why
-            return None
-        outcome = measure(rate)
-        result.probes.append(outcome)
-        if outcome.invalid is not None:
-            result.stop_reason = f"invalid probe at {rate:.4g} req/s: {outcome.invalid}"
-            return None
+        """Measure one rate (again while invalid, `retry_invalid` times); None (and a stop reason) when the
+        budget is spent. A rate still invalid is returned as such: it passes nothing and bounds the bracket."""
+        for _ in range(1 + settings.retry_invalid):
+            if (why := spent()) is not None:
+                result.stop_reason = why
+                return None
+            outcome = measure(rate)
+            result.probes.append(outcome)
+            if outcome.invalid is None:
+                return outcome
+        result.notes.append(f"the client could not measure {rate:.4g} req/s: {outcome.invalid}")
         return outcome
 
+    _search(result, probe)
+    if result.notes:
+        result.stop_reason = f"{result.stop_reason}; {len(result.notes)} rate(s) not measurable by the client"
+    return result
+
+
+def _search(result: CapacityResult, probe: Callable[[float], RateResult | None]) -> None:
+    settings, slo = result.settings, result.slo
     rate = settings.start_rate
     first = probe(rate)
     if first is None:
-        return result
+        return
     if first.passes(slo):  # grow until the SLO fails
         while True:
             if rate >= settings.max_rate:
                 result.stop_reason = f"the SLO held up to max_rate {settings.max_rate:.4g} req/s"
-                return result
+                return
             rate = min(rate * settings.growth, settings.max_rate)
             outcome = probe(rate)
             if outcome is None:
-                return result
-            if not outcome.passes(slo):
+                return
+            if not outcome.passes(slo):  # a failure, or a rate the client could not measure
                 break
     else:  # shrink until it holds
         while True:
             if rate <= settings.min_rate:
                 result.stop_reason = f"the SLO failed down to min_rate {settings.min_rate:.4g} req/s"
-                return result
+                return
             rate = max(rate / settings.growth, settings.min_rate)
             outcome = probe(rate)
             if outcome is None:
-                return result
+                return
             if outcome.passes(slo):
                 break
     while True:  # bisect
         lo, hi = result.bracket
         if lo is None or hi is None:  # a later probe contradicted every earlier pass
             result.stop_reason = "no passing rate below the lowest failing one"
-            return result
+            return
         if hi / lo - 1.0 <= settings.precision:
             result.stop_reason = f"bracket within {settings.precision:.0%}"
             _close_interval(result, probe)
-            return result
+            return
         if probe(math.sqrt(lo * hi)) is None:
-            return result
+            return
 
 
 def _close_interval(result: CapacityResult, probe: Callable[[float], RateResult | None]) -> None:
     """After the bracket converged: probe further out while an end of the confident interval is open
     (no conclusive probe on that side), `CLOSING_PROBES` at most per side, by sqrt(growth) steps."""
     step = math.sqrt(result.settings.growth)
+    converged = result.stop_reason
+    _close_side(result, probe, step, upward=True)
+    _close_side(result, probe, step, upward=False)
+    if result.stop_reason != converged:  # a budget ran out on the way: the bracket had converged all the same
+        result.stop_reason = f"{converged} ({result.stop_reason} while closing the interval)"
+
+
+def _close_side(
+    result: CapacityResult, probe: Callable[[float], RateResult | None], step: float, *, upward: bool
+) -> None:
+    """Probe outward on one side while that end of the confident interval is open."""
+    settings = result.settings
     for _ in range(CLOSING_PROBES):
-        if result.interval[1] is not None:
-            break
-        highest = max(p.offered_rate for p in result.probes)
-        if highest >= result.settings.max_rate or probe(min(highest * step, result.settings.max_rate)) is None:
+        lower, upper = result.interval
+        if (upper if upward else lower) is not None:
             return
-    for _ in range(CLOSING_PROBES):
-        if result.interval[0] is not None:
-            break
-        lowest = min(p.offered_rate for p in result.probes)
-        if lowest <= result.settings.min_rate or probe(max(lowest / step, result.settings.min_rate)) is None:
+        rates = [p.offered_rate for p in result.probes]
+        edge = max(rates) if upward else min(rates)
+        if all(p.invalid is not None for p in result.probes if p.offered_rate == edge):
+            return  # the client could not measure there: further out is hopeless
+        if (edge >= settings.max_rate) if upward else (edge <= settings.min_rate):
+            return
+        rate = min(edge * step, settings.max_rate) if upward else max(edge / step, settings.min_rate)
+        if probe(rate) is None:
             return
 
 

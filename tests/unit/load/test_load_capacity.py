@@ -159,7 +159,7 @@ def test_the_confident_interval_covers_the_true_capacity() -> None:
     assert sorted(widths)[runs // 2] < MU  # and it says something: the median width is below 10 req/s
 
 
-def test_budgets_and_invalid_probes_stop_the_search() -> None:
+def test_budgets_stop_the_search_and_invalid_probes_are_retried_then_bound_it() -> None:
     found = search_capacity(mm1_measure(), SLO, SearchSettings(budget_requests=500, budget_s=1e9))
     assert found.stop_reason.startswith("request budget spent")
     assert found.requests_used >= 500
@@ -168,15 +168,35 @@ def test_budgets_and_invalid_probes_stop_the_search() -> None:
     found = search_capacity(mm1_measure(), SLO, SearchSettings(budget_s=300.0))
     assert found.stop_reason.startswith("time budget spent") and found.seconds_used >= 300.0
 
+    calls: list[float] = []
+
     def invalid_at_four(rate: float) -> RateResult:
+        calls.append(rate)
         result = mm1_measure()(rate)
         if rate >= 4.0:
             result.invalid = "client event-loop lag"
         return result
 
     found = search_capacity(invalid_at_four, SLO, SearchSettings(**UNBOUNDED))
-    assert found.stop_reason.startswith("invalid probe at 4")
-    assert found.estimate == 2.0 and found.interval[1] is None  # an invalid probe decides nothing
+    assert calls.count(4.0) == 2  # measured again once, still invalid
+    assert found.notes == ["the client could not measure 4 req/s: client event-loop lag"]
+    assert found.stop_reason == "bracket within 10%; 1 rate(s) not measurable by the client"
+    # the unmeasurable rate bounds the bracket, so the search bisects below it; it bounds no confident interval
+    assert found.estimate is not None and 3.6 <= found.estimate < 4.0 and found.bracket[1] == 4.0
+    assert found.interval[1] is None
+    assert all(r < 4.0 for r in calls if r != 4.0)  # nothing probed beyond what the client cannot measure
+
+    flaky: list[float] = []
+
+    def invalid_once(rate: float) -> RateResult:
+        result = mm1_measure()(rate)
+        if rate == 2.0 and rate not in flaky:
+            flaky.append(rate)
+            result.invalid = "machine busy"
+        return result
+
+    found = search_capacity(invalid_once, SLO, SearchSettings(**UNBOUNDED))
+    assert found.notes == [] and found.estimate == pytest.approx(TRUE_CAPACITY, rel=0.15)  # the retry was valid
     never = search_capacity(lambda r: RateResult(r, 20, 0, 1.0), SLO, SearchSettings(start_rate=0.1, min_rate=0.05))
     assert never.estimate is None and never.stop_reason.startswith("the SLO failed down to min_rate")
 
