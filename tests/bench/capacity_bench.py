@@ -124,7 +124,13 @@ def guidellm_scenario(args: argparse.Namespace, url: str, model: str, out: Path)
     data = {"kind": "synthetic_text", "prompt_tokens": args.prompt_tokens, "output_tokens": args.output_tokens}
     return {
         "spec": {
-            "backend": {"kind": "openai_http", "target": url, "model": model, "request_format": "/v1/completions"},
+            "backend": {
+                "kind": "openai_http",
+                "target": url,
+                "model": model,
+                "request_format": "/v1/completions",
+                "extras": {"body": {"ignore_eos": True}},  # exact output lengths, as ours sends
+            },
             "profile": profile,
             "constraints": [{"kind": "max_duration", "seconds": args.seconds_per_probe}],
             "tokenizer": {"kind": "huggingface_auto", "model": args.model_dir},
@@ -255,7 +261,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--budget-requests", type=int, default=2000)
     parser.add_argument("--max-probes", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-client-lag-ms", type=float, default=50.0, help="as checks.throughput's default")
+    parser.add_argument(
+        "--max-client-lag-ms",
+        type=float,
+        default=100.0,
+        help="client event-loop lag p99 above which a probe is invalid (10%% of the default TTFT limit: the "
+        "machine is shared, checks.throughput's 50 ms would void most probes under a load average of 10+)",
+    )
     parser.add_argument("--max-client-cpu-ratio", type=float, default=0.9)
     parser.add_argument("--max-send-lateness-ms", type=float, default=50.0)
     parser.add_argument("--quick", action="store_true", help="a smoke run: shorter probes, smaller budgets")
