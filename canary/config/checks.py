@@ -186,7 +186,7 @@ class CapacityConfig(Strict):
     precision: float = Field(
         0.1, gt=0, description="Stop when the lowest failing rate is within this share above the highest passing."
     )
-    seconds_per_probe: float = Field(20.0, gt=0, description="Requests per probe: rate x this (clamped to 30..600).")
+    seconds_per_probe: float = Field(20.0, gt=0, description="Requests per probe: rate x this (clamped to 40..600).")
     budget_requests: PositiveInt = Field(2000, description="Requests the search may send (one probe may overrun).")
     budget_s: float = Field(300.0, gt=0, description="Seconds the search may take (one probe may overrun).")
     max_probes: PositiveInt = Field(12, description="Rates the search may probe.")

@@ -431,7 +431,7 @@ class LoadMeasure:
     work_dir: Path
     slo: CapacitySlo
     seconds_per_probe: float = 20.0
-    min_requests: int = 30
+    min_requests: int = 40  # fewer: even k = n cannot put the 95 % Wilson lower bound above 0.9
     max_requests: int = 600
     abort_factor: float = 4.0
     abort_slack: int = 8

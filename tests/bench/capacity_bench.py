@@ -256,7 +256,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--start-rate", type=float, default=2.0)
     parser.add_argument("--precision", type=float, default=0.15, help="bracket width at which a search stops")
     parser.add_argument("--seconds-per-probe", type=float, default=12.0)
-    parser.add_argument("--min-requests", type=int, default=30)
+    parser.add_argument("--min-requests", type=int, default=40)
     parser.add_argument("--budget-s", type=float, default=120.0, help="seconds each method may spend")
     parser.add_argument("--budget-requests", type=int, default=2000)
     parser.add_argument("--max-probes", type=int, default=8)

@@ -209,4 +209,4 @@ def test_the_real_measure_shapes_each_probe() -> None:
     assert spec.arrival_seed == 5 and spec.seed != 5  # the same schedule, fresh prompts
     e2e = SLO.ttft_s + SLO.itl_s * 31
     assert spec.abort_in_flight == math.ceil(4 * 4.0 * e2e) + 8
-    assert measure.spec_for(0.1).num_requests == 30 and measure.spec_for(1000.0).num_requests == 600
+    assert measure.spec_for(0.1).num_requests == 40 and measure.spec_for(1000.0).num_requests == 600
