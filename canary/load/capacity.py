@@ -7,7 +7,9 @@ The method (docs/methodology/capacity.md has the reasoning):
   one cut by the deadline, misses it. The SLO *holds* at a rate when the share of requests meeting
   it (the attainment) is >= `attainment`.
 - A probe is one open-loop run at one rate (`measure(rate) -> RateResult`): its attainment is a
-  binomial proportion (k of n requests), so it carries a Wilson score interval.
+  binomial proportion (k of n requests), so it carries a Wilson score interval, taken on the
+  effective sample size n / design effect: requests that queue together succeed and fail
+  together, and a batch-means estimate of that correlation widens the interval (`design_effect`).
 - A probe *over-saturates* the server (and counts as a failure whatever its attainment) when the
   sender had to stop (too many in flight), when completions per second fell below
   `min_throughput_ratio` x the rate requests were sent at, or when queueing grew during the run (the median TTFT
@@ -104,6 +106,7 @@ class RateResult:
     not_sent: int = 0
     saturated: str | None = None  # why this rate over-saturated the server; None: it did not
     invalid: str | None = None  # why the client's numbers are not the server's; None: valid
+    design_effect: float = 1.0  # variance inflation of the attainment by correlated requests (>= 1)
 
     @property
     def attainment(self) -> float:
@@ -111,8 +114,11 @@ class RateResult:
         return self.met / self.requests if self.requests else 0.0
 
     def interval(self, confidence: float) -> tuple[float, float]:
-        """Wilson score interval of the attainment."""
-        return wilson_interval(self.met, self.requests, confidence)
+        """Wilson score interval of the attainment, on the effective sample size requests / design effect."""
+        if self.design_effect <= 1.0:
+            return wilson_interval(self.met, self.requests, confidence)
+        n = max(1, round(self.requests / self.design_effect))
+        return wilson_interval(min(n, round(self.attainment * n)), n, confidence)
 
     def passes(self, slo: CapacitySlo) -> bool:
         """Point decision: valid, not over-saturated, attainment >= target."""
@@ -171,6 +177,7 @@ def rate_result(
         itl_p50_s=percentile(itl, 50) if itl else None,
         itl_p99_s=percentile(itl, 99) if itl else None,
         invalid="; ".join(client_problems) or None,
+        design_effect=design_effect([slo.met(s) for s in measured]),
     )
     if len(measured) > 1:
         begin, end = measured[0].sent_at, max(s.ended_at for s in measured)
@@ -180,6 +187,29 @@ def rate_result(
         result.throughput = len(ok) / max(end - begin, 1e-9)
     result.saturated = saturation(result, measured, slo, stop_reason, rules)
     return result
+
+
+BATCHES = 10
+MIN_BATCH = 5
+
+
+def design_effect(outcomes: Sequence[bool]) -> float:
+    """How much correlation between consecutive requests inflates the attainment's variance (batch means).
+
+    The outcomes (in send order) are cut into `BATCHES` consecutive batches; the variance of the batch
+    proportions over the binomial variance p(1 - p) / batch size is the design effect. Requests that
+    queue behind each other succeed and fail together, so it exceeds 1 near saturation; it is
+    clipped at 1 (never narrower than Wilson), and 1 with fewer than `MIN_BATCH` requests per batch
+    or an attainment of 0 or 1 (no variance to compare)."""
+    size = len(outcomes) // BATCHES
+    if size < MIN_BATCH:
+        return 1.0
+    used = outcomes[: size * BATCHES]
+    p = sum(used) / len(used)
+    if p in (0.0, 1.0):
+        return 1.0
+    shares = [sum(used[i * size : (i + 1) * size]) / size for i in range(BATCHES)]
+    return max(1.0, statistics.variance(shares) / (p * (1.0 - p) / size))
 
 
 def saturation(

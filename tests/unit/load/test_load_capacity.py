@@ -27,6 +27,7 @@ from canary.load.capacity import (
     RateResult,
     SaturationRules,
     SearchSettings,
+    design_effect,
     rate_result,
     search_capacity,
 )
@@ -210,3 +211,20 @@ def test_the_real_measure_shapes_each_probe() -> None:
     e2e = SLO.ttft_s + SLO.itl_s * 31
     assert spec.abort_in_flight == math.ceil(4 * 4.0 * e2e) + 8
     assert measure.spec_for(0.1).num_requests == 40 and measure.spec_for(1000.0).num_requests == 600
+
+
+def test_the_design_effect_widens_the_interval_of_correlated_requests() -> None:
+    rng = random.Random(4)
+    independent = [design_effect([rng.random() < 0.8 for _ in range(400)]) for _ in range(200)]
+    assert sorted(independent)[100] < 1.5  # about 1 (clipped from below at 1)
+    streaky = [i // 40 % 2 == 0 or i % 3 == 0 for i in range(400)]  # runs of 40 successes, then mostly misses
+    assert design_effect(streaky) > 5
+    assert design_effect([True, False] * 20) == 1.0  # too few per batch: Wilson as it is
+    assert design_effect([True] * 400) == 1.0
+    plain = RateResult(offered_rate=1.0, requests=400, met=360, seconds=1.0)
+    inflated = RateResult(offered_rate=1.0, requests=400, met=360, seconds=1.0, design_effect=8.0)
+    low, high = plain.interval(0.95)
+    wide_low, wide_high = inflated.interval(0.95)
+    assert wide_low < low < 0.9 < high < wide_high and inflated.attainment == plain.attainment
+    # the M/M/1 queue near its capacity: consecutive requests wait together
+    assert mm1_measure()(7.0).design_effect > 3
