@@ -32,7 +32,7 @@ bench: venv-dev engine-venv model ## load-generator benchmark vs vllm bench serv
 # top of the engine venv's packages through a .pth: PyPI's Linux torch is the CUDA build). When it
 # cannot be installed the target says so and runs the canary's search alone.
 #
-#   make bench-capacity                                  full run (~6 min on 2 shared cores)
+#   make bench-capacity                                  full run (~5-6 min on 2 shared cores, the server's start included)
 #   make bench-capacity CAPACITY_ARGS="--quick"          smoke run
 #   make bench-capacity CAPACITY_ARGS="--real-url http://127.0.0.1:8000 --ttft-ms 500"
 

@@ -253,13 +253,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--attainment", type=float, default=0.9, help="SLO: share of requests meeting both")
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--output-tokens", type=int, default=32)
-    parser.add_argument("--start-rate", type=float, default=2.0)
+    parser.add_argument("--start-rate", type=float, default=4.0)
     parser.add_argument("--precision", type=float, default=0.15, help="bracket width at which a search stops")
-    parser.add_argument("--seconds-per-probe", type=float, default=12.0)
+    parser.add_argument("--seconds-per-probe", type=float, default=10.0)
     parser.add_argument("--min-requests", type=int, default=40)
-    parser.add_argument("--budget-s", type=float, default=120.0, help="seconds each method may spend")
+    parser.add_argument("--budget-s", type=float, default=100.0, help="seconds each method may spend")
     parser.add_argument("--budget-requests", type=int, default=2000)
-    parser.add_argument("--max-probes", type=int, default=8)
+    parser.add_argument("--max-probes", type=int, default=7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--max-client-lag-ms",
