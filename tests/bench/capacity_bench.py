@@ -79,7 +79,7 @@ def ours(args: argparse.Namespace, url: str, model: str, pool: list[int] | None,
     """The canary's capacity search."""
     base = WorkloadSpec(
         base_url=url, model=model, prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens,
-        token_pool=pool, seed=args.seed, request_timeout_s=60.0,
+        token_pool=pool, seed=args.seed, request_timeout_s=60.0, burstiness=args.burstiness,
         max_client_lag_p99_s=args.max_client_lag_ms / 1e3, max_client_cpu_ratio=args.max_client_cpu_ratio,
         max_send_lateness_p99_s=args.max_send_lateness_ms / 1e3,
     )  # fmt: skip
@@ -254,6 +254,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--output-tokens", type=int, default=32)
     parser.add_argument("--start-rate", type=float, default=4.0)
+    parser.add_argument("--burstiness", type=float, default=1.0, help="ours: gamma shape of arrivals (1: Poisson)")
     parser.add_argument("--precision", type=float, default=0.15, help="bracket width at which a search stops")
     parser.add_argument("--seconds-per-probe", type=float, default=10.0)
     parser.add_argument("--min-requests", type=int, default=40)
