@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     args.model_dir = str(Path(args.model_dir).resolve())
     signal.signal(signal.SIGTERM, _terminate)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    work = args.out / f"capacity-bench-{stamp}"
+    work = (args.out / f"capacity-bench-{stamp}").resolve()  # guidellm runs in it (cwd): absolute paths
     work.mkdir(parents=True, exist_ok=True)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     results: dict[str, Any] = {"started_at": stamp, "cpus": os.cpu_count(), "load_avg_before": os.getloadavg()}
