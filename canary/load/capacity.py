@@ -235,6 +235,7 @@ def saturation(
 
 
 CLOSING_PROBES = 3
+PROBE_OVERHEAD_S = 3.0  # starting the load subprocess (locust's import) and its last requests' tail
 
 
 @dataclass(frozen=True)
@@ -340,11 +341,22 @@ def search_capacity(
     measure: Callable[[float], RateResult],
     slo: CapacitySlo,
     settings: SearchSettings = SearchSettings(),
+    expected_seconds: Callable[[float], float] | None = None,
 ) -> CapacityResult:
-    """Exponential growth (or shrinking) then bisection on the rate; see the module docstring."""
+    """Exponential growth (or shrinking) then bisection on the rate; see the module docstring.
+
+    With `expected_seconds(rate)` (what a probe at that rate will take), a probe that would end past
+    the time budget is not started (after the first): at low rates one probe can take minutes."""
     result = CapacityResult(slo=slo, settings=settings)
 
-    def spent() -> str | None:
+    def spent(rate: float) -> str | None:
+        if expected_seconds is not None and result.probes:
+            cost = expected_seconds(rate)
+            if result.seconds_used + cost > settings.budget_s:
+                return (
+                    f"time budget would be exceeded ({result.seconds_used:.0f} s used, a probe at {rate:.4g} req/s "
+                    f"takes ~{cost:.0f} s of {settings.budget_s:.0f} s)"
+                )
         if len(result.probes) >= settings.max_probes:
             return f"probe budget spent ({settings.max_probes} probes)"
         if result.requests_used >= settings.budget_requests:
@@ -357,7 +369,7 @@ def search_capacity(
         """Measure one rate (again while invalid, `retry_invalid` times); None (and a stop reason) when the
         budget is spent. A rate still invalid is returned as such: it passes nothing and bounds the bracket."""
         for _ in range(1 + settings.retry_invalid):
-            if (why := spent()) is not None:
+            if (why := spent(rate)) is not None:
                 result.stop_reason = why
                 return None
             outcome = measure(rate)
@@ -467,6 +479,10 @@ class LoadMeasure:
     abort_slack: int = 8
     rules: SaturationRules = field(default_factory=SaturationRules)
     runs: list[dict[str, Any]] = field(default_factory=list)
+
+    def expected_seconds(self, rate: float) -> float:
+        """What a probe at `rate` takes when the server keeps up: its schedule, plus the load process's start."""
+        return self.spec_for(rate).num_requests / rate + PROBE_OVERHEAD_S
 
     def spec_for(self, rate: float) -> WorkloadSpec:
         """The workload of the probe at `rate`."""

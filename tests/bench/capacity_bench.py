@@ -95,7 +95,7 @@ def ours(args: argparse.Namespace, url: str, model: str, pool: list[int] | None,
         budget_s=args.budget_s, max_probes=args.max_probes,
     )  # fmt: skip
     started = time.monotonic()
-    found = search_capacity(measure, slo, settings)
+    found = search_capacity(measure, slo, settings, expected_seconds=measure.expected_seconds)
     wall = time.monotonic() - started
     lower, upper = found.interval
     return {

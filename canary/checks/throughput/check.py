@@ -303,7 +303,8 @@ def add_capacity(
         budget_s=cap.budget_s,
         max_probes=cap.max_probes,
     )
-    found = search_capacity(measure, slo, settings)
+    expected = getattr(measure, "expected_seconds", None)
+    found = search_capacity(measure, slo, settings, expected_seconds=expected)
     lower, upper = found.interval
     values = {  # results.json only: not exported (canary/core/metric_keys.py)
         "capacity_requests_per_s": found.estimate,

@@ -228,3 +228,14 @@ def test_the_design_effect_widens_the_interval_of_correlated_requests() -> None:
     assert wide_low < low < 0.9 < high < wide_high and inflated.attainment == plain.attainment
     # the M/M/1 queue near its capacity: consecutive requests wait together
     assert mm1_measure()(7.0).design_effect > 3
+
+
+def test_a_probe_that_would_overrun_the_time_budget_is_not_started() -> None:
+    always = search_capacity(
+        lambda r: RateResult(r, 50, 50, 10.0), SLO, SearchSettings(budget_s=100.0), expected_seconds=lambda r: 40.0
+    )
+    assert always.seconds_used == 70.0  # 7 probes: the 8th would have ended at 110 s
+    assert always.stop_reason.startswith("time budget would be exceeded (70 s used")
+    base = WorkloadSpec(base_url="http://127.0.0.1:1", model="m")
+    measure = LoadMeasure(base=base, work_dir=Path("/nonexistent"), slo=SLO)
+    assert measure.expected_seconds(4.0) == pytest.approx(80 / 4.0 + 3.0)
