@@ -14,6 +14,7 @@ from canary.config.base import CheckName, ExpectKind, Platform, PositiveInt, Pro
 from canary.config.bisect import BisectConfig
 from canary.config.checks import (
     AccuracyCheckConfig,
+    CapacityConfig,
     ChecksConfig,
     DatasetConfig,
     KvTransferCheckConfig,
@@ -52,6 +53,7 @@ __all__ = [
     "AccuracyCheckConfig",
     "BisectConfig",
     "CanaryConfig",
+    "CapacityConfig",
     "CellMatch",
     "CheckName",
     "ChecksConfig",

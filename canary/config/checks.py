@@ -166,6 +166,38 @@ class PerRequestTestConfig(Strict):
     )
 
 
+class CapacityConfig(Strict):
+    """An SLO capacity search after the throughput measurement (docs/methodology/capacity.md): off by default."""
+
+    enabled: bool = Field(
+        False, description="Search the highest open-loop rate at which the SLO below holds (informational: no gate)."
+    )
+    ttft_ms: float = Field(1000.0, gt=0, description="A request meets the SLO with a TTFT at most this long ...")
+    itl_ms: float = Field(50.0, gt=0, description="... and its own inter-token gaps (itl_statistic) at most this.")
+    itl_statistic: Literal["p99", "mean"] = Field(
+        "p99", description="p99 of a request's gaps, or their mean (its TPOT), compared with itl_ms."
+    )
+    attainment: float = Field(0.9, gt=0, lt=1, description="Share of requests that must meet the SLO at a rate.")
+    confidence: float = Field(0.95, gt=0, lt=1, description="Confidence of each rate's Wilson interval.")
+    burstiness: float = Field(1.0, gt=0, description="Gamma shape of the probes' arrivals (1 = Poisson).")
+    start_rate: float = Field(1.0, gt=0, description="First rate probed (requests/s).")
+    growth: float = Field(2.0, gt=1, description="Factor between rates until the SLO fails (or holds).")
+    max_rate: float = Field(1000.0, gt=0, description="Highest rate probed.")
+    precision: float = Field(
+        0.1, gt=0, description="Stop when the lowest failing rate is within this share above the highest passing."
+    )
+    seconds_per_probe: float = Field(20.0, gt=0, description="Requests per probe: rate x this (clamped to 40..600).")
+    budget_requests: PositiveInt = Field(2000, description="Requests the search may send (one probe may overrun).")
+    budget_s: float = Field(300.0, gt=0, description="Seconds the search may take (one probe may overrun).")
+    max_probes: PositiveInt = Field(12, description="Rates the search may probe.")
+
+    @model_validator(mode="after")
+    def _rates_in_order(self) -> CapacityConfig:
+        if self.start_rate > self.max_rate:
+            raise ValueError(f"start_rate ({self.start_rate}) must not exceed max_rate ({self.max_rate})")
+        return self
+
+
 class ThroughputCheckConfig(Strict):
     """Load test with locust: latency percentiles, tokens/s, goodput, regression vs baseline."""
 
@@ -182,6 +214,11 @@ class ThroughputCheckConfig(Strict):
     )
     request_rate: float | None = Field(None, gt=0, description="Open loop: requests/s (Poisson).")
     burstiness: float = Field(1.0, gt=0, description="Gamma shape of arrivals (1 = Poisson).")
+    open_loop: bool = Field(
+        False,
+        description="With request_rate: send every request at its scheduled time whatever is in flight "
+        "(concurrency unused); false: `concurrency` users paced by the rate.",
+    )
     num_requests: PositiveInt = Field(200, description="Requests measured (after warm-up).")
     warmup_requests: int = Field(8, ge=0, description="Requests sent first and not measured.")
     max_duration_s: PositiveInt = Field(120, description="Hard time bound of one load run.")
@@ -231,6 +268,9 @@ class ThroughputCheckConfig(Strict):
     per_request: PerRequestTestConfig = Field(
         default_factory=PerRequestTestConfig, description="Per-request Mann-Whitney / Hodges-Lehmann gate."
     )
+    capacity: CapacityConfig = Field(
+        default_factory=CapacityConfig, description="SLO capacity search after the measurement (off by default)."
+    )
     max_attempts: PositiveInt = Field(
         3,
         description="Measurements per cell while the result is invalid (the client, not the server, limited it: "
@@ -266,6 +306,10 @@ class ThroughputCheckConfig(Strict):
                 raise ValueError(f"{name} ({getattr(self, name)}) must not exceed concurrency ({self.concurrency})")
         if self.workers and self.remote_workers:
             raise ValueError("set workers (local processes) or remote_workers, not both")
+        if self.open_loop and self.request_rate is None:
+            raise ValueError("open_loop needs a request_rate")
+        if self.open_loop and (self.workers or self.remote_workers):
+            raise ValueError("open_loop runs in one load process (no workers)")
         return self
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from canary.load.stats import ClientHealth, Sample, Slo, client_problems, error_counts, summarize
+from canary.load.stats import ClientHealth, Sample, Slo, client_problems, error_counts, schedule_problems, summarize
 from canary.load.workload import WORDS, WorkloadSpec
 
 SUBPROCESS_GRACE_S = 240.0
@@ -74,6 +74,8 @@ def analyze(spec: WorkloadSpec, raw: dict[str, Any], slo: Slo | None = None) -> 
     metrics = summarize(samples, slo=slo, intended_rate=spec.request_rate, health=health)
     metrics["requests_not_sent"] = float(raw["not_sent"])
     metrics["requests_cut_by_deadline"] = float(raw["cut"])
+    if "max_in_flight_seen" in raw:
+        metrics["max_in_flight_seen"] = float(raw["max_in_flight_seen"])
     return LoadResult(
         spec=spec,
         samples=samples,
@@ -83,7 +85,8 @@ def analyze(spec: WorkloadSpec, raw: dict[str, Any], slo: Slo | None = None) -> 
         cut=int(raw["cut"]),
         processes=int(raw.get("processes", 1)),
         metrics=metrics,
-        client_problems=client_problems(health, spec.max_client_cpu_ratio, spec.max_client_lag_p99_s),
+        client_problems=client_problems(health, spec.max_client_cpu_ratio, spec.max_client_lag_p99_s)
+        + (schedule_problems(samples, spec.max_send_lateness_p99_s) if spec.open_loop else []),
         errors=error_counts(samples),
     )
 

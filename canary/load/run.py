@@ -26,7 +26,7 @@ import logging  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from canary.load import runner  # noqa: E402
+from canary.load import openloop, runner  # noqa: E402
 from canary.load.workload import WorkloadSpec  # noqa: E402
 
 
@@ -49,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.spec is None or args.out is None:
         parser.error("--spec and --out are required (unless --worker)")
     spec = WorkloadSpec.model_validate_json(args.spec.read_text(encoding="utf-8"))
-    if args.expect_workers or spec.workers:
+    if spec.open_loop:
+        result = openloop.run_open(spec)
+    elif args.expect_workers or spec.workers:
         result = runner.run_master(spec, args.expect_workers, args.master_bind_host, args.master_bind_port or None)
     else:
         result = runner.run_local(spec)

@@ -7,8 +7,11 @@ Definitions (the same as `vllm bench serve` where it has one):
 - The measuring window runs from the first send to the last end among measured (non-warm-up)
   requests; rates divide by it. Failed requests count in `error_rate` and never as latency samples.
 - Goodput: successful requests per second that met every SLO that is set (TTFT, TPOT, E2E).
-- Client queueing (open loop): actual send - intended send, the delay added because every user
-  (the in-flight cap) was busy.
+- Client queueing (paced or open loop): actual send - intended (scheduled) send, the delay added
+  because every user (the in-flight cap) was busy.
+- Send lateness (open loop): actual send - scheduled send - the wait for a free slot under
+  `max_in_flight`: how late the client itself was. A schedule the client could not keep
+  (`schedule_problems`) makes the result invalid: its offered rate was not the one asked for.
 - The client is the bottleneck (result invalid) when its CPU use or its gevent loop lag passes
   the limits of the spec: timings taken by a starved client are too long, rates too low.
 """
@@ -47,6 +50,7 @@ class Sample:
     error: str | None = None
     error_detail: str | None = None
     request_id: str | None = None
+    slot_wait_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -65,6 +69,13 @@ class Sample:
     def queue_s(self) -> float | None:
         """Client-side delay of an open-loop request past its intended send time."""
         return None if self.intended_at is None else max(0.0, self.sent_at - self.intended_at)
+
+    @property
+    def lateness_s(self) -> float | None:
+        """Open loop: how late the client sent this request past its schedule, less any wait for a slot."""
+        if self.intended_at is None or self.slot_wait_s is None:
+            return None
+        return max(0.0, self.sent_at - self.intended_at - self.slot_wait_s)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -171,6 +182,20 @@ def client_problems(health: ClientHealth, max_cpu_ratio: float, max_lag_p99_s: f
     return problems
 
 
+def schedule_problems(samples: Iterable[Sample], max_lateness_p99_s: float) -> list[str]:
+    """Why an open-loop client did not keep its schedule (empty: it did, or nothing was scheduled)."""
+    late = [q for s in samples if not s.warmup and (q := s.lateness_s) is not None]
+    if not late:
+        return []
+    p99 = percentile(late, 99)
+    if p99 <= max_lateness_p99_s:
+        return []
+    return [
+        f"send lateness p99 {p99 * 1e3:.1f} ms > {max_lateness_p99_s * 1e3:.1f} ms (max {max(late) * 1e3:.0f} ms): "
+        "the client did not keep its arrival schedule, so the offered rate was not the one asked for"
+    ]
+
+
 def summarize(
     samples: Iterable[Sample],
     *,
@@ -217,6 +242,8 @@ def summarize(
     out.update(distribution("itl", [gap for s in ok for gap in s.itl_s]))
     out.update(distribution("e2e", [s.e2e_s for s in ok if s.e2e_s is not None]))
     out.update(distribution("queue", [q for s in measured if (q := s.queue_s) is not None]))
+    out.update(distribution("send_lateness", [q for s in measured if (q := s.lateness_s) is not None]))
+    out.update(distribution("slot_wait", [q for s in measured if (q := s.slot_wait_s) is not None]))
     if health is not None:
         out["client_cpu_ratio"] = health.cpu_ratio
         if health.lag_s:

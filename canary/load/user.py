@@ -18,6 +18,7 @@ from typing import Any
 import gevent
 from gevent.event import Event
 from locust import FastHttpUser, constant, task
+from locust.contrib.fasthttp import FastHttpSession
 from locust.exception import StopUser
 
 from canary.load import rxstamp
@@ -117,59 +118,70 @@ class StreamingUser(FastHttpUser):
             delay = intended_perf - time.perf_counter()
             if delay > 0:
                 gevent.sleep(delay)
-        source.finish(self._stream(source, planned, intended_perf))
+        source.finish(stream_request(self.client, source, planned, intended_perf))
 
-    def _stream(self, source: RequestSource, planned: PlannedRequest, intended_perf: float | None) -> Sample:
-        request_id = f"{source.request_id_prefix}-{source.worker}-{planned.index}"
-        headers = {
-            "Content-Type": "application/json",
-            "Accept": "text/event-stream",
-            "Accept-Encoding": "identity",
-            "x-request-id": request_id,
-        }
-        sent = time.perf_counter()
-        record = StreamRecord(sent_at=sent)
-        error: str | None = None
-        detail: str | None = None
-        try:
-            # the body goes to geventhttpclient as bytes, untouched (locust's annotation says str | dict)
-            body: Any = planned.body
-            response = self.client.request(
-                "POST", source.path, data=body, headers=headers, stream=True, name=source.path
-            )
-            status = response.status_code
-            raw = getattr(response, "_response", None)
-            if status and status != 200:  # an HTTP error status (locust also sets response.error)
-                error, detail = f"http_{status}", _read_error_body(raw)
-            elif getattr(response, "error", None) is not None or raw is None:
-                error, detail = _classify_exception(getattr(response, "error", None))
-            else:
-                for line, arrived in rxstamp.StampedLines(raw, floor=sent):
-                    record.feed(line, arrived)
-        except Exception as exc:  # a broken stream, a timeout, a reset
-            error, detail = _classify_exception(exc)
-        ended = time.perf_counter()
-        if error is None:
-            error, detail = _judge_stream(record, planned, source.ignore_eos)
-        return Sample(
-            index=planned.index,
-            warmup=planned.warmup,
-            sent_at=source.epoch(sent),
-            ended_at=source.epoch(ended),
-            expected_prompt_tokens=planned.prompt_tokens,
-            expected_output_tokens=planned.max_tokens,
-            worker=source.worker,
-            intended_at=None if intended_perf is None else source.epoch(intended_perf),
-            ttft_s=None if record.first_token_at is None else record.first_token_at - sent,
-            itl_s=record.gaps,
-            e2e_s=ended - sent,
-            token_events=record.token_events,
-            prompt_tokens=record.prompt_tokens,
-            output_tokens=record.output_tokens,
-            error=error,
-            error_detail=detail,
-            request_id=request_id,
-        )
+
+def stream_request(
+    client: FastHttpSession,
+    source: RequestSource,
+    planned: PlannedRequest,
+    intended_perf: float | None,
+    slot_wait_s: float | None = None,
+) -> Sample:
+    """Send one planned request on `client` (a locust FastHttpSession), read its stream, return its Sample.
+
+    The send time is taken just before the request goes out; `intended_perf` is its scheduled time
+    (None: closed loop), `slot_wait_s` how long an open-loop dispatcher waited for a free slot.
+    """
+    request_id = f"{source.request_id_prefix}-{source.worker}-{planned.index}"
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "text/event-stream",
+        "Accept-Encoding": "identity",
+        "x-request-id": request_id,
+    }
+    sent = time.perf_counter()
+    record = StreamRecord(sent_at=sent)
+    error: str | None = None
+    detail: str | None = None
+    try:
+        # the body goes to geventhttpclient as bytes, untouched (locust's annotation says str | dict)
+        body: Any = planned.body
+        response = client.request("POST", source.path, data=body, headers=headers, stream=True, name=source.path)
+        status = response.status_code
+        raw = getattr(response, "_response", None)
+        if status and status != 200:  # an HTTP error status (locust also sets response.error)
+            error, detail = f"http_{status}", _read_error_body(raw)
+        elif getattr(response, "error", None) is not None or raw is None:
+            error, detail = _classify_exception(getattr(response, "error", None))
+        else:
+            for line, arrived in rxstamp.StampedLines(raw, floor=sent):
+                record.feed(line, arrived)
+    except Exception as exc:  # a broken stream, a timeout, a reset
+        error, detail = _classify_exception(exc)
+    ended = time.perf_counter()
+    if error is None:
+        error, detail = _judge_stream(record, planned, source.ignore_eos)
+    return Sample(
+        index=planned.index,
+        warmup=planned.warmup,
+        sent_at=source.epoch(sent),
+        ended_at=source.epoch(ended),
+        expected_prompt_tokens=planned.prompt_tokens,
+        expected_output_tokens=planned.max_tokens,
+        worker=source.worker,
+        intended_at=None if intended_perf is None else source.epoch(intended_perf),
+        ttft_s=None if record.first_token_at is None else record.first_token_at - sent,
+        itl_s=record.gaps,
+        e2e_s=ended - sent,
+        token_events=record.token_events,
+        prompt_tokens=record.prompt_tokens,
+        output_tokens=record.output_tokens,
+        error=error,
+        error_detail=detail,
+        request_id=request_id,
+        slot_wait_s=slot_wait_s,
+    )
 
 
 def _judge_stream(record: StreamRecord, planned: PlannedRequest, ignore_eos: bool) -> tuple[str | None, str | None]:

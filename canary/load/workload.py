@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from canary.load.schedule import schedule
+
 Endpoint = Literal["completions", "chat"]
 LengthDistribution = Literal["fixed", "uniform", "normal"]
 
@@ -54,14 +56,40 @@ class WorkloadSpec(BaseModel):
     length_spread: float = Field(
         0.25, ge=0, lt=1, description="uniform: half-width, normal: standard deviation, relative to the mean."
     )
-    concurrency: int = Field(4, gt=0, description="Closed loop: users; open loop: most requests in flight.")
-    request_rate: float | None = Field(None, gt=0, description="Open loop: mean requests/s; None: closed loop.")
+    concurrency: int = Field(
+        4, gt=0, description="Closed loop: users; paced by request_rate: the users, so the most requests in flight."
+    )
+    request_rate: float | None = Field(None, gt=0, description="Paced or open loop: mean requests/s; None: closed.")
     burstiness: float = Field(1.0, gt=0, description="Gamma shape of inter-arrival times (1: Poisson).")
+    ramp_s: float = Field(0.0, ge=0, description="Raise the rate linearly from 0 over this many seconds (0: none).")
+    open_loop: bool = Field(
+        False,
+        description="True: one dispatcher sends every request at its scheduled time whatever is in flight "
+        "(request_rate required; `concurrency` unused); False: `concurrency` locust users.",
+    )
+    max_in_flight: int | None = Field(
+        None, gt=0, description="Open loop: requests wait for a free slot beyond this many in flight (None: no cap)."
+    )
+    abort_in_flight: int | None = Field(
+        None,
+        gt=0,
+        description="Open loop: stop sending once this many requests are in flight (over-saturation; the rest "
+        "count as not sent). None: never.",
+    )
+    max_send_lateness_p99_s: float = Field(
+        0.05,
+        gt=0,
+        description="Open loop: p99 of (actual - scheduled send, less any wait for a slot) above which the client "
+        "did not keep its schedule and the result is invalid.",
+    )
     num_requests: int = Field(200, gt=0, description="Measured requests (after the warm-up ones).")
     warmup_requests: int = Field(0, ge=0, description="Requests sent first and left out of the statistics.")
     max_duration_s: float = Field(120.0, gt=0, description="Hard bound on the whole run, warm-up included.")
     request_timeout_s: float = Field(60.0, gt=0, description="Network timeout of one request (per read).")
     seed: int = Field(0, description="Seed of lengths, prompts and arrivals.")
+    arrival_seed: int | None = Field(
+        None, description="Seed of the arrival schedule alone (None: `seed`); fresh prompts, the same schedule."
+    )
     token_pool: list[int] | None = Field(
         None, description="Token ids to build prompts from (completions); None: text prompts."
     )
@@ -83,6 +111,10 @@ class WorkloadSpec(BaseModel):
             raise ValueError(f"concurrency {self.concurrency} is below workers {self.workers}: some would idle")
         if self.token_pool is not None and not self.token_pool:
             raise ValueError("token_pool is empty")
+        if self.open_loop and self.request_rate is None:
+            raise ValueError("open_loop needs a request_rate")
+        if self.open_loop and self.workers:
+            raise ValueError("open_loop runs in one process (workers must be 0)")
         return self
 
     @property
@@ -120,23 +152,6 @@ def sample_lengths(
     return [max(1, round(rng.gauss(mean, mean * spread))) for _ in range(count)]
 
 
-def arrival_offsets(count: int, rate: float, burstiness: float, rng: random.Random) -> list[float]:
-    """Send times (s from the start) of an open-loop gamma arrival process with mean `rate`.
-
-    Inter-arrival times are Gamma(shape=burstiness, scale=1/(rate*burstiness)): mean 1/rate,
-    coefficient of variation 1/sqrt(burstiness). burstiness 1 is a Poisson process; below 1 burstier.
-    The first request goes at 0.
-    """
-    offsets: list[float] = []
-    now = 0.0
-    scale = 1.0 / (rate * burstiness)
-    for i in range(count):
-        if i:
-            now += rng.gammavariate(burstiness, scale)
-        offsets.append(now)
-    return offsets
-
-
 def text_prompt(tokens: int, words_per_token: float, rng: random.Random) -> str:
     """A prompt of plain words meant to be about `tokens` tokens long."""
     count = max(1, round(tokens * words_per_token))
@@ -171,8 +186,9 @@ def build_plan(spec: WorkloadSpec) -> list[PlannedRequest]:
     offsets: list[float | None]
     if spec.request_rate is None:
         offsets = [None] * total
-    else:
-        offsets = list(arrival_offsets(total, spec.request_rate, spec.burstiness, rng))
+    else:  # its own generator: the same seed gives the same schedule whatever the lengths
+        seed = spec.seed if spec.arrival_seed is None else spec.arrival_seed
+        offsets = list(schedule(total, spec.request_rate, spec.burstiness, seed, spec.ramp_s))
     plan: list[PlannedRequest] = []
     for index in range(total):
         prompt: list[int] | str

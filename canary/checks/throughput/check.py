@@ -25,15 +25,16 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from canary.checks.base import CheckContext, register
 from canary.checks.throughput import hostload
-from canary.config import ThroughputCheckConfig
+from canary.config import CapacityConfig, ThroughputCheckConfig
 from canary.core import metric_keys as keys
 from canary.judge.request_tests import gates_verdict, per_request_gates, raw_runs
 from canary.judge.results import CAUSE_KEY, LATENCIES, CheckResult, Gate
+from canary.load.capacity import CapacitySlo, LoadMeasure, RateResult, SearchSettings, search_capacity
 from canary.load.launch import LoadError, LoadResult, run_load, token_pool, words_per_token
 from canary.load.stats import Sample, Slo, higher_is_better, median_metrics, relative_change, window_values
 from canary.load.workload import WorkloadSpec
@@ -65,6 +66,7 @@ def build_spec(cfg: ThroughputCheckConfig, deployment: Deployment, repeat: int =
         concurrency=cfg.concurrency,
         request_rate=cfg.request_rate,
         burstiness=cfg.burstiness,
+        open_loop=cfg.open_loop,
         num_requests=cfg.num_requests,
         warmup_requests=cfg.warmup_requests,
         max_duration_s=float(cfg.max_duration_s),
@@ -252,7 +254,71 @@ def throughput_check(ctx: CheckContext) -> CheckResult:
         result.summary = f"{result.summary} (invalid in all {len(attempts)} attempts, {waited:.1f} s of back-off)"
     elif len(attempts) > 1:
         result.summary = f"{result.summary} (attempt {len(attempts)}: the earlier ones were invalid)"
+    if cfg.capacity.enabled:
+        add_capacity(ctx, prompts, result)
     return result
+
+
+def capacity_slo(cfg: CapacityConfig) -> CapacitySlo:
+    """The capacity search's SLO in seconds."""
+    return CapacitySlo(
+        ttft_s=cfg.ttft_ms / 1e3,
+        itl_s=cfg.itl_ms / 1e3,
+        attainment=cfg.attainment,
+        confidence=cfg.confidence,
+        itl_statistic=cfg.itl_statistic,
+    )
+
+
+def add_capacity(
+    ctx: CheckContext,
+    prompts: tuple[list[int] | None, float, dict[str, Any]],
+    result: CheckResult,
+    measure_factory: Callable[..., Callable[[float], RateResult]] = LoadMeasure,
+) -> None:
+    """The SLO capacity search (checks.throughput.capacity), into metrics and evidence.capacity.
+
+    Informational: it adds no gate and never changes the verdict. Skipped when the measurement itself
+    could not be judged (error, invalid): a search on the same server and client would not be either."""
+    cfg = ctx.config.checks.throughput
+    cap = cfg.capacity
+    if result.verdict in ("error", "invalid"):
+        result.evidence["capacity"] = {"skipped": f"the throughput measurement was {result.verdict}"}
+        return
+    pool, ratio, _ = prompts
+    base = build_spec(cfg, ctx.deployment).model_copy(
+        update={"token_pool": pool, "words_per_token": ratio, "burstiness": cap.burstiness, "workers": 0}
+    )
+    slo = capacity_slo(cap)
+    measure = measure_factory(
+        base=base, work_dir=ctx.cell_dir / "throughput" / "capacity", slo=slo, seconds_per_probe=cap.seconds_per_probe
+    )
+    settings = SearchSettings(
+        start_rate=cap.start_rate,
+        growth=cap.growth,
+        min_rate=min(0.05, cap.start_rate),
+        max_rate=cap.max_rate,
+        precision=cap.precision,
+        budget_requests=cap.budget_requests,
+        budget_s=cap.budget_s,
+        max_probes=cap.max_probes,
+    )
+    expected = getattr(measure, "expected_seconds", None)
+    found = search_capacity(measure, slo, settings, expected_seconds=expected)
+    lower, upper = found.interval
+    values = {  # results.json only: not exported (canary/core/metric_keys.py)
+        "capacity_requests_per_s": found.estimate,
+        "capacity_low_requests_per_s": lower,
+        "capacity_high_requests_per_s": upper,
+        "capacity_requests_used": float(found.requests_used),
+        "capacity_seconds_used": found.seconds_used,
+    }
+    result.metrics.update({k: v for k, v in values.items() if v is not None})
+    result.evidence["capacity"] = found.to_json()
+    low = "below" if lower is None else f"{lower:.3g}"
+    high = "above" if upper is None else f"{upper:.3g}"
+    estimate = "none" if found.estimate is None else f"{found.estimate:.3g} req/s"
+    result.summary = f"{result.summary}; SLO capacity {estimate} [{low}, {high}]"
 
 
 def backoff_s(cfg: ThroughputCheckConfig, attempt: int) -> float:

@@ -15,6 +15,7 @@ import pytest
 from canary.checks.throughput.check import build_spec, combine, floor_gates, regression_gates, slo_of
 from canary.config import SloConfig, ThroughputCheckConfig
 from canary.load.launch import LoadResult, analyze
+from canary.load.schedule import arrival_offsets
 from canary.load.sse import StreamRecord
 from canary.load.stats import (
     ClientHealth,
@@ -31,7 +32,6 @@ from canary.load.stats import (
 )
 from canary.load.workload import (
     WorkloadSpec,
-    arrival_offsets,
     build_plan,
     sample_lengths,
     share_of_plan,

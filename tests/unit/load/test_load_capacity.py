@@ -1,0 +1,241 @@
+"""The SLO capacity search (canary/load/capacity.py) against deterministic synthetic servers.
+
+Not a real server: the search logic is a function over `measure(rate) -> RateResult`, so these tests
+give it servers whose capacity is known in closed form.
+
+- An M/M/1 queue (Poisson arrivals from the client's own seeded schedule, exponential service at
+  MU requests/s, one request at a time): a request's TTFT is its time in the system, which in
+  steady state is exponential with rate MU - rate, so P(TTFT <= T) = 1 - exp(-(MU - rate) T) and
+  the highest rate with attainment >= A is MU + ln(1 - A) / T. Simulated request by request into
+  Samples, so the saturation rules see a real queue building up.
+- The same attainment curve drawn as Binomial(n, p(rate)) draws: many seeded searches measure how
+  often the confident interval covers the true capacity.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from canary.load.capacity import (
+    CapacitySlo,
+    LoadMeasure,
+    RateResult,
+    SaturationRules,
+    SearchSettings,
+    design_effect,
+    rate_result,
+    search_capacity,
+)
+from canary.load.schedule import schedule
+from canary.load.stats import Sample
+from canary.load.workload import WorkloadSpec
+
+MU, TTFT_LIMIT, TARGET = 10.0, 1.0, 0.9
+TRUE_CAPACITY = MU + math.log(1 - TARGET) / TTFT_LIMIT  # 7.70 req/s
+SLO = CapacitySlo(ttft_s=TTFT_LIMIT, itl_s=0.05, attainment=TARGET)
+UNBOUNDED = {"budget_requests": 10**6, "budget_s": 1e9}  # synthetic probes cost nothing
+ITL = [0.01] * 3
+
+
+def _sample(index: int, arrival: float, ttft: float, *, error: str | None = None) -> Sample:
+    return Sample(
+        index=index, warmup=False, sent_at=arrival, ended_at=arrival + ttft + sum(ITL), expected_prompt_tokens=8,
+        expected_output_tokens=4, ttft_s=ttft, itl_s=list(ITL), e2e_s=ttft + sum(ITL), output_tokens=4,
+        prompt_tokens=8, error=error, intended_at=arrival, slot_wait_s=0.0,
+    )  # fmt: skip
+
+
+def mm1_measure(seconds_per_probe: float = 120.0, seed: int = 0) -> Callable[[float], RateResult]:
+    """A synthetic M/M/1 server probed open loop for `seconds_per_probe` at each rate."""
+
+    def measure(rate: float) -> RateResult:
+        n = max(40, round(rate * seconds_per_probe))
+        service = random.Random(f"service-{seed}")  # the same service times at every rate
+        free, samples = 0.0, []
+        for i, arrival in enumerate(schedule(n, rate, seed=seed)):
+            free = max(arrival, free) + service.expovariate(MU)
+            samples.append(_sample(i, arrival, free - arrival))
+        return rate_result(rate, samples, SLO, seconds=samples[-1].ended_at)
+
+    return measure
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_the_search_finds_the_mm1_capacity(seed: int) -> None:
+    found = search_capacity(mm1_measure(seed=seed), SLO, SearchSettings(start_rate=1.0, precision=0.05, **UNBOUNDED))
+    # 120 s probes that start on an empty queue: a little optimistic near the boundary, never far off
+    assert found.estimate == pytest.approx(TRUE_CAPACITY, rel=0.15), found.to_json()
+    lower, upper = found.interval
+    assert lower is not None and lower <= TRUE_CAPACITY
+    assert upper is None or upper >= TRUE_CAPACITY
+    assert found.stop_reason == "bracket within 5%"
+    rates = [p.offered_rate for p in found.probes]
+    assert rates[:3] == [1.0, 2.0, 4.0]  # growth, then bisection inside the first failing step
+    assert all(p.saturated is not None for p in found.probes if p.offered_rate > MU)  # beyond the server's rate
+    # the curve keeps every probe, by rate, with latencies and the attainment's interval
+    curve = found.curve()
+    assert [row["offered_rate"] for row in curve] == sorted(rates)
+    for row in curve:
+        assert row["attainment_low"] <= row["attainment"] <= row["attainment_high"]
+        assert row["ttft_p99_s"] >= row["ttft_p50_s"] > 0
+    assert found.requests_used == sum(p.requests for p in found.probes)
+    assert found.to_json()["interval"] == [lower, upper]
+
+
+def test_a_start_above_capacity_shrinks_first() -> None:
+    found = search_capacity(mm1_measure(seed=3), SLO, SearchSettings(start_rate=40.0, precision=0.1, **UNBOUNDED))
+    assert [p.offered_rate for p in found.probes][:3] == [40.0, 20.0, 10.0]
+    assert found.estimate == pytest.approx(TRUE_CAPACITY, rel=0.15)
+
+
+def test_a_short_run_at_overload_is_caught_by_the_queue_growth_rule() -> None:
+    """A batching server past its knee, run briefly: TTFT climbs from 0.2 s to 0.9 s while every
+    request still meets the 1 s limit. Attainment 100 %, and not sustainable."""
+    climbing = [_sample(i, i / 20, 0.2 + 0.7 * i / 99) for i in range(100)]
+    over = rate_result(20.0, climbing, SLO, seconds=6.0)
+    assert over.attainment == 1.0 and over.saturated is not None and "queueing grew" in over.saturated
+    assert not over.passes(SLO) and over.confidently_fails(SLO)
+    flat = rate_result(20.0, [_sample(i, i / 20, 0.2 + 0.1 * (i % 7) / 6) for i in range(100)], SLO, seconds=6.0)
+    assert flat.saturated is None and flat.passes(SLO)
+    doubled_but_small = rate_result(
+        20.0, [_sample(i, i / 20, 0.05 + 0.15 * i / 99) for i in range(100)], SLO, seconds=6
+    )
+    assert doubled_but_small.saturated is None  # a rise far below the limit is not a queue to worry about
+
+
+def test_throughput_far_below_offered_is_over_saturation() -> None:
+    # 60 requests offered over 6 s, completions spread over 30 s
+    samples = [_sample(i, i * 0.1, 0.2 + i * 0.4) for i in range(60)]
+    result = rate_result(10.0, samples, SLO, seconds=30.0, rules=SaturationRules(queue_growth=1e9))
+    assert result.saturated is not None and "throughput" in result.saturated
+    stopped = rate_result(10.0, samples[:5], SLO, seconds=3.0, stop_reason="over-saturated: 40 requests in flight")
+    assert stopped.saturated is not None and stopped.saturated.startswith("over-saturated")
+
+
+def test_a_request_meets_the_slo_only_when_it_succeeded_in_time() -> None:
+    assert SLO.met(_sample(0, 0.0, 0.5))
+    assert not SLO.met(_sample(0, 0.0, 1.5))
+    assert not SLO.met(_sample(0, 0.0, 0.1, error="http_500"))
+    slow_gaps = _sample(0, 0.0, 0.1)
+    slow_gaps.itl_s = [0.01] * 98 + [0.2, 0.2]
+    assert not SLO.met(slow_gaps)  # its own p99 gap is over the ITL limit
+    assert CapacitySlo(ttft_s=1.0, itl_s=0.05, itl_statistic="mean").met(slow_gaps)  # its TPOT (13.8 ms) is not
+    result = rate_result(1.0, [_sample(i, float(i), 0.1) for i in range(10)], SLO, seconds=10.0, cut=2)
+    assert result.requests == 12 and result.met == 10  # a request cut by the deadline is a miss
+    with pytest.raises(ValueError):
+        CapacitySlo(attainment=1.0)
+
+
+def _binomial_measure(seed: int) -> Callable[[float], RateResult]:
+    rng = random.Random(seed)
+
+    def measure(rate: float) -> RateResult:
+        n = max(30, round(rate * 15))
+        p = 1 - math.exp(-(MU - rate) * TTFT_LIMIT) if rate < MU else 0.0
+        met = sum(rng.random() < p for _ in range(n))
+        return RateResult(
+            offered_rate=rate, requests=n, met=met, seconds=n / rate, saturated=None if rate < MU else "overload"
+        )
+
+    return measure
+
+
+def test_the_confident_interval_covers_the_true_capacity() -> None:
+    settings = SearchSettings(start_rate=1.0, precision=0.05, budget_requests=1500)
+    covered, widths = 0, []
+    runs = 200
+    for seed in range(runs):
+        found = search_capacity(_binomial_measure(seed), SLO, settings)
+        lower, upper = found.interval
+        low, high = lower or 0.0, upper if upper is not None else math.inf
+        covered += low <= TRUE_CAPACITY <= high
+        widths.append(high - low)
+        assert found.requests_used <= settings.budget_requests + 150  # at most one probe past the budget
+    assert covered / runs >= 0.9, covered
+    assert sorted(widths)[runs // 2] < MU  # and it says something: the median width is below 10 req/s
+
+
+def test_budgets_stop_the_search_and_invalid_probes_are_retried_then_bound_it() -> None:
+    found = search_capacity(mm1_measure(), SLO, SearchSettings(budget_requests=500, budget_s=1e9))
+    assert found.stop_reason.startswith("request budget spent")
+    assert found.requests_used >= 500
+    found = search_capacity(mm1_measure(), SLO, SearchSettings(max_probes=2, **UNBOUNDED))
+    assert len(found.probes) == 2 and found.stop_reason.startswith("probe budget")
+    found = search_capacity(mm1_measure(), SLO, SearchSettings(budget_s=300.0))
+    assert found.stop_reason.startswith("time budget spent") and found.seconds_used >= 300.0
+
+    calls: list[float] = []
+
+    def invalid_at_four(rate: float) -> RateResult:
+        calls.append(rate)
+        result = mm1_measure()(rate)
+        if rate >= 4.0:
+            result.invalid = "client event-loop lag"
+        return result
+
+    found = search_capacity(invalid_at_four, SLO, SearchSettings(**UNBOUNDED))
+    assert calls.count(4.0) == 2  # measured again once, still invalid
+    assert found.notes == ["the client could not measure 4 req/s: client event-loop lag"]
+    assert found.stop_reason == "bracket within 10%; 1 rate(s) not measurable by the client"
+    # the unmeasurable rate bounds the bracket, so the search bisects below it; it bounds no confident interval
+    assert found.estimate is not None and 3.6 <= found.estimate < 4.0 and found.bracket[1] == 4.0
+    assert found.interval[1] is None
+    assert all(r < 4.0 for r in calls if r != 4.0)  # nothing probed beyond what the client cannot measure
+
+    flaky: list[float] = []
+
+    def invalid_once(rate: float) -> RateResult:
+        result = mm1_measure()(rate)
+        if rate == 2.0 and rate not in flaky:
+            flaky.append(rate)
+            result.invalid = "machine busy"
+        return result
+
+    found = search_capacity(invalid_once, SLO, SearchSettings(**UNBOUNDED))
+    assert found.notes == [] and found.estimate == pytest.approx(TRUE_CAPACITY, rel=0.15)  # the retry was valid
+    never = search_capacity(lambda r: RateResult(r, 20, 0, 1.0), SLO, SearchSettings(start_rate=0.1, min_rate=0.05))
+    assert never.estimate is None and never.stop_reason.startswith("the SLO failed down to min_rate")
+
+
+def test_the_real_measure_shapes_each_probe() -> None:
+    base = WorkloadSpec(base_url="http://127.0.0.1:1", model="m", output_tokens=32, seed=5)
+    measure = LoadMeasure(base=base, work_dir=Path("/nonexistent"), slo=SLO)
+    spec = measure.spec_for(4.0)
+    assert spec.open_loop and spec.request_rate == 4.0 and spec.num_requests == 80 and spec.warmup_requests == 0
+    assert spec.arrival_seed == 5 and spec.seed != 5  # the same schedule, fresh prompts
+    e2e = SLO.ttft_s + SLO.itl_s * 31
+    assert spec.abort_in_flight == math.ceil(4 * 4.0 * e2e) + 8
+    assert measure.spec_for(0.1).num_requests == 40 and measure.spec_for(1000.0).num_requests == 600
+
+
+def test_the_design_effect_widens_the_interval_of_correlated_requests() -> None:
+    rng = random.Random(4)
+    independent = [design_effect([rng.random() < 0.8 for _ in range(400)]) for _ in range(200)]
+    assert sorted(independent)[100] < 1.5  # about 1 (clipped from below at 1)
+    streaky = [i // 40 % 2 == 0 or i % 3 == 0 for i in range(400)]  # runs of 40 successes, then mostly misses
+    assert design_effect(streaky) > 5
+    assert design_effect([True, False] * 20) == 1.0  # too few per batch: Wilson as it is
+    assert design_effect([True] * 400) == 1.0
+    plain = RateResult(offered_rate=1.0, requests=400, met=360, seconds=1.0)
+    inflated = RateResult(offered_rate=1.0, requests=400, met=360, seconds=1.0, design_effect=8.0)
+    low, high = plain.interval(0.95)
+    wide_low, wide_high = inflated.interval(0.95)
+    assert wide_low < low < 0.9 < high < wide_high and inflated.attainment == plain.attainment
+    # the M/M/1 queue near its capacity: consecutive requests wait together
+    assert mm1_measure()(7.0).design_effect > 3
+
+
+def test_a_probe_that_would_overrun_the_time_budget_is_not_started() -> None:
+    always = search_capacity(
+        lambda r: RateResult(r, 50, 50, 10.0), SLO, SearchSettings(budget_s=100.0), expected_seconds=lambda r: 40.0
+    )
+    assert always.seconds_used == 70.0  # 7 probes: the 8th would have ended at 110 s
+    assert always.stop_reason.startswith("time budget would be exceeded (70 s used")
+    base = WorkloadSpec(base_url="http://127.0.0.1:1", model="m")
+    measure = LoadMeasure(base=base, work_dir=Path("/nonexistent"), slo=SLO)
+    assert measure.expected_seconds(4.0) == pytest.approx(80 / 4.0 + 3.0)
