@@ -11,6 +11,7 @@ holds each declaration against the config's CheckName and ChecksConfig and the m
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -20,7 +21,11 @@ from pydantic import BaseModel
 from canary.config import CanaryConfig
 from canary.judge.results import CellResult, CheckResult
 from canary.plan.cell import Cell
+from canary.plan.matrix import expand
 from canary.targets.base import Deployment
+
+DeployFn = Callable[[Cell, Path], AbstractContextManager[Deployment]]
+"""A target's deploy (canary.targets.base.Target.deploy): start a cell, yield its Deployment, stop it on exit."""
 
 
 @dataclass
@@ -33,6 +38,9 @@ class CheckContext:
     cell_dir: Path
     earlier: dict[str, CellResult] = field(default_factory=dict)
     scratch: dict[str, object] = field(default_factory=dict)
+    deploy: DeployFn | None = None
+    """The target's deploy, for a check that needs another cell deployed beside this one (the paired
+    throughput verdict deploys the baseline counterpart); None where the runner gives none."""
 
     def control_for(self) -> CellResult | None:
         """The aggregated control of a P/D cell: same model, image, backend, dtype, runner, and the
@@ -67,6 +75,18 @@ class CheckContext:
             return None
         want = {**self.cell.axis_values(), "image": self.config.baseline}
         return next((r for r in self.earlier.values() if r.cell.axis_values() == want), None)
+
+    def baseline_cell(self) -> Cell | None:
+        """The same cell on the baseline image, whether or not it ran in this run (an `--only` run may
+        leave it out): from the earlier results, else from the config's full matrix. None for a cell of
+        the baseline image, or when the matrix has no planned counterpart."""
+        if self.cell.image == self.config.baseline:
+            return None
+        ran = self.baseline_for()
+        if ran is not None:
+            return ran.cell
+        want = {**self.cell.axis_values(), "image": self.config.baseline}
+        return next((c for c in expand(self.config) if c.status == "planned" and c.axis_values() == want), None)
 
 
 class Check(Protocol):

@@ -198,6 +198,39 @@ class CapacityConfig(Strict):
         return self
 
 
+class PairedConfig(Strict):
+    """The paired build-vs-build verdict (docs/methodology/throughput.md, "Paired verdict"): off by default."""
+
+    enabled: bool = Field(
+        False,
+        description="A candidate cell with a baseline counterpart deploys that counterpart beside itself and "
+        "measures both in alternating windows (A B B A ...); the ratio's interval against `margin` replaces the "
+        "unpaired regression gates (regression_tolerance).",
+    )
+    margin: float = Field(
+        0.15,
+        gt=0,
+        lt=1,
+        description="Tolerated loss: pass when the ratio's low end >= 1 - margin, regress when "
+        "its high end < 1 - margin, else inconclusive (the check is invalid, the run INCONCLUSIVE).",
+    )
+    confidence: float = Field(0.95, gt=0, lt=1, description="Confidence of the two-sided t interval of the ratio.")
+    metric: Literal["requests_per_s", "output_tokens_per_s"] = Field(
+        "requests_per_s", description="The throughput number of each window compared."
+    )
+    pairs: int = Field(4, ge=1, description="A/B window pairs per round (2 x pairs windows, ABBA order).")
+    requests_per_window: PositiveInt = Field(
+        24, description="Requests measured per window (closed loop at `concurrency`, or open loop at request_rate)."
+    )
+    warmup_requests: int = Field(2, ge=0, description="Requests sent first in each window and not measured.")
+    redeploy_rounds: PositiveInt = Field(
+        1,
+        description="Deployments per arm. 1: the candidate's own deployment and one of the baseline, the interval "
+        "over the window pairs. N > 1: rounds 2..N deploy both cells afresh, the interval is over the rounds' "
+        "mean log ratios (deployment-level modes then count as noise).",
+    )
+
+
 class ThroughputCheckConfig(Strict):
     """Load test with locust: latency percentiles, tokens/s, goodput, regression vs baseline."""
 
@@ -270,6 +303,9 @@ class ThroughputCheckConfig(Strict):
     )
     capacity: CapacityConfig = Field(
         default_factory=CapacityConfig, description="SLO capacity search after the measurement (off by default)."
+    )
+    paired: PairedConfig = Field(
+        default_factory=PairedConfig, description="Paired build-vs-build verdict against the baseline (off by default)."
     )
     max_attempts: PositiveInt = Field(
         3,

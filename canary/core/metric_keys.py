@@ -20,6 +20,12 @@ READY_S_TOTAL = "ready_s_total"
 REQUESTS_PER_S = "requests_per_s"
 OUTPUT_TOKENS_PER_S = "output_tokens_per_s"
 GOODPUT_REQUESTS_PER_S = "goodput_requests_per_s"
+PAIRED_RATIO = "paired_ratio"
+"""Paired verdict (checks.throughput.paired): candidate / baseline throughput, exp(mean log ratio)."""
+PAIRED_RATIO_LOW = "paired_ratio_low"
+"""Low end of the paired ratio's two-sided t interval (pass when >= 1 - margin)."""
+PAIRED_RATIO_HIGH = "paired_ratio_high"
+"""High end of the paired ratio's interval (regress when < 1 - margin)."""
 
 
 EXPORTED_PERCENTILES: tuple[str, ...] = ("p50", "p90", "p99")

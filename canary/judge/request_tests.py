@@ -29,6 +29,9 @@ from canary.load.stats import Sample
 
 METRICS = ("ttft_s", "itl_mean_s", "e2e_s")
 GATE_PREFIX = "per-request-"
+PAIRED_GATE_PREFIX = "paired-"
+"""The paired build-vs-build gate (canary/checks/throughput/paired.py): failed with a number is a
+regression, failed without one (an inconclusive interval, too few windows) is invalid."""
 EVIDENCE_KEY = "per_request"
 
 
@@ -145,9 +148,10 @@ def gates_verdict(gates: Sequence[Gate]) -> Verdict:
     verdict and for the re-judged one after family control, so what a progress line announces is
     what is recorded. Any failed gate that is not ours fails; a failed gate of ours with a number is a
     regression (fail), without one (too few samples, no baseline samples) it is inconclusive (invalid,
-    never a pass)."""
-    others = [g for g in gates if not g.name.startswith(GATE_PREFIX)]
-    mine = [g for g in gates if g.name.startswith(GATE_PREFIX)]
+    never a pass). The paired gate (PAIRED_GATE_PREFIX) follows the same rule."""
+    ours = (GATE_PREFIX, PAIRED_GATE_PREFIX)
+    others = [g for g in gates if not g.name.startswith(ours)]
+    mine = [g for g in gates if g.name.startswith(ours)]
     if not all(g.passed for g in others) or any(not g.passed and g.observed is not None for g in mine):
         return "fail"
     if any(not g.passed for g in mine):

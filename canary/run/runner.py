@@ -109,7 +109,14 @@ def run_cell(
         with target.deploy(cell, log_dir) as deployment:
             deploy_s = time.monotonic() - deploying
             logs = _log_paths(deployment, run_dir)
-            ctx = CheckContext(cell=cell, deployment=deployment, config=config, cell_dir=cell_dir, earlier=earlier)
+            ctx = CheckContext(
+                cell=cell,
+                deployment=deployment,
+                config=config,
+                cell_dir=cell_dir,
+                earlier=earlier,
+                deploy=target.deploy,
+            )
             checks = run_checks(ctx, progress, deploy_s)
     except KeyboardInterrupt:
         raise

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from canary.checks.base import CheckContext, register
-from canary.checks.throughput import hostload
+from canary.checks.throughput import hostload, paired
 from canary.config import CapacityConfig, ThroughputCheckConfig
 from canary.core import metric_keys as keys
 from canary.judge.request_tests import gates_verdict, per_request_gates, raw_runs
@@ -48,6 +48,9 @@ EXPORTED_KEYS: tuple[str, ...] = (
     keys.REQUESTS_PER_S,
     keys.OUTPUT_TOKENS_PER_S,
     keys.GOODPUT_REQUESTS_PER_S,
+    keys.PAIRED_RATIO,
+    keys.PAIRED_RATIO_LOW,
+    keys.PAIRED_RATIO_HIGH,
     *(keys.latency_key(kind, pct) for kind in LATENCIES for pct in keys.EXPORTED_PERCENTILES),
 )
 """The numbers of this check the exporters read."""
@@ -254,6 +257,10 @@ def throughput_check(ctx: CheckContext) -> CheckResult:
         result.summary = f"{result.summary} (invalid in all {len(attempts)} attempts, {waited:.1f} s of back-off)"
     elif len(attempts) > 1:
         result.summary = f"{result.summary} (attempt {len(attempts)}: the earlier ones were invalid)"
+    if paired.applies(ctx):
+        pool, ratio, _ = prompts
+        base = build_spec(cfg, ctx.deployment).model_copy(update={"token_pool": pool, "words_per_token": ratio})
+        paired.add_paired(ctx, base, result)
     if cfg.capacity.enabled:
         add_capacity(ctx, prompts, result)
     return result
@@ -402,9 +409,11 @@ def measure(ctx: CheckContext, prompts: tuple[list[int] | None, float, dict[str,
         gates.extend(floor_gates(cfg, metrics))
         baseline = ctx.baseline_for()
         base_check = baseline.check("throughput") if baseline is not None else None
+        pairs = paired.applies(ctx)  # the paired verdict replaces the unpaired regression gates
         if baseline is not None and base_check is not None and base_check.verdict == "pass":
             spread = ([r.samples for r in runs], raw_runs(base_check))
-            gates.extend(regression_gates(cfg, metrics, base_check.metrics, baseline.cell.id, spread))
+            if not pairs:
+                gates.extend(regression_gates(cfg, metrics, base_check.metrics, baseline.cell.id, spread))
             samples = [s for r in runs for s in r.samples]
             gates.extend(per_request_gates(cfg.per_request, samples, base_check, baseline.cell.id, evidence))
             evidence["baseline_cell"] = baseline.cell.id

@@ -982,6 +982,29 @@ def performance() -> gdash.Dashboard:
             )
         )
         .with_panel(
+            _timeseries(
+                "Paired candidate / baseline throughput with its interval",
+                f"The ${LIMIT_VAR} lowest paired verdicts (checks.throughput.paired): {s.PAIRED_RATIO.help} Dashed, "
+                f"the ends of its t interval (B: {s.PAIRED_RATIO_LOW.help} C: {s.PAIRED_RATIO_HIGH.help})",
+                U_RATIO,
+                _query(top(f"{s.PAIRED_RATIO.name}{selector()}", worst="bottomk"), "{{cell}}"),
+                _query(
+                    f"{s.PAIRED_RATIO_LOW.name}{selector()} and on (job, scope, cell) "
+                    + top(f"{s.PAIRED_RATIO.name}{selector()}", worst="bottomk"),
+                    "{{cell}} low",
+                    ref="B",
+                ),
+                _query(
+                    f"{s.PAIRED_RATIO_HIGH.name}{selector()} and on (job, scope, cell) "
+                    + top(f"{s.PAIRED_RATIO.name}{selector()}", worst="bottomk"),
+                    "{{cell}} high",
+                    ref="C",
+                ),
+            )
+            .override_by_query("B", DASHED)
+            .override_by_query("C", DASHED)
+        )
+        .with_panel(
             _table(
                 "Output tokens/s by image",
                 "The same cell coordinates on every image side by side (last run): topology, backend, block sizes, "

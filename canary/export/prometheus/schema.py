@@ -38,7 +38,7 @@ Cardinality
 -----------
 Bounded by the config, never by time: there is no run id, timestamp, URL or free text in any
 label (the parity metrics are per cell: no prompt text, length or fingerprint in any label). A run
-exposes at most ``SERIES_PER_CELL`` (81) series per cell plus ~15 run series: the CPU default
+exposes at most ``SERIES_PER_CELL`` (84) series per cell plus ~15 run series: the CPU default
 (9 cells) < 750 series, a 500-cell GPU matrix < 41k (a cell has only its topology's share: P/D
 cells no drift series, aggregated cells no P/D fidelity series). Every push replaces the whole
 group, so series of cells no longer in the matrix disappear with the next run. ``verdict`` and
@@ -177,6 +177,17 @@ OUTPUT_TOKENS_PER_S = _cell(
     "throughput_output_tokens_per_second", "Output tokens per second under load (median of repeats)."
 )
 GOODPUT_PER_S = _cell("goodput_requests_per_second", "Requests per second that met every configured SLO.")
+PAIRED_RATIO = _cell(
+    "throughput_paired_ratio",
+    "Paired verdict: candidate / baseline throughput measured in alternating windows (checks.throughput.paired).",
+    "ratio",
+)
+PAIRED_RATIO_LOW = _cell(
+    "throughput_paired_lower_ratio", "Low end of the paired ratio's t interval (pass when >= 1 - margin).", "ratio"
+)
+PAIRED_RATIO_HIGH = _cell(
+    "throughput_paired_upper_ratio", "High end of the paired ratio's t interval (regress when < 1 - margin).", "ratio"
+)
 LATENCY: dict[str, MetricSpec] = {
     "ttft": _cell("ttft_seconds", "Time to first token under load, by percentile.", "seconds", "percentile"),
     "tpot": _cell(
@@ -386,6 +397,9 @@ CHECK_METRICS: tuple[CheckMetric, ...] = (
     CheckMetric(REQUESTS_PER_S, "throughput", k.REQUESTS_PER_S),
     CheckMetric(OUTPUT_TOKENS_PER_S, "throughput", k.OUTPUT_TOKENS_PER_S),
     CheckMetric(GOODPUT_PER_S, "throughput", k.GOODPUT_REQUESTS_PER_S),
+    CheckMetric(PAIRED_RATIO, "throughput", k.PAIRED_RATIO),
+    CheckMetric(PAIRED_RATIO_LOW, "throughput", k.PAIRED_RATIO_LOW),
+    CheckMetric(PAIRED_RATIO_HIGH, "throughput", k.PAIRED_RATIO_HIGH),
     *(
         CheckMetric(LATENCY[kind], "throughput", k.latency_key(kind, pct), (("percentile", pct),))
         for kind in LATENCIES

@@ -32,8 +32,10 @@ from canary.checks.parity.prompts import ParityPrompt
 from canary.checks.parity.reference import CACHE_BATCH_ARM, FORCED_NULL_ARM, Reference, judge_evidence
 from canary.checks.startup.check import _ready_metrics
 from canary.checks.throughput.check import combine
+from canary.checks.throughput.paired import verdict_metrics
 from canary.config import AccuracyCheckConfig, ParityCheckConfig
 from canary.core import metric_keys as k
+from canary.core.paired import Window, paired_verdict
 from canary.core.promtext import parse
 from canary.export.history.tracked import TRACKED, TRACKED_CHECK
 from canary.export.prometheus import schema as s
@@ -101,7 +103,10 @@ def _throughput() -> set[str]:
             "processes": 1,
         }
         runs.append(analyze(spec, raw))
-    return set(combine(runs))
+    arms = ("baseline", "candidate")
+    windows = [Window(0, p, arm, 10.0 + p + (arm == "candidate")) for p in range(3) for arm in arms]
+    paired_keys = verdict_metrics(paired_verdict(windows, margin=0.15, confidence=0.95))  # checks.throughput.paired
+    return set(combine(runs)) | set(paired_keys)
 
 
 def _accuracy() -> set[str]:

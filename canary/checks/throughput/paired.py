@@ -1,0 +1,268 @@
+"""The paired build-vs-build verdict (checks.throughput.paired): both images measured interleaved.
+
+On the 2-core CPU machine a deployment's throughput sits in one mode for its whole life, 1.5-2x
+apart between deployments of the same image (docs/methodology/throughput.md), so a candidate
+judged against a baseline cell deployed minutes earlier needs a 60% tolerance. Here the candidate's
+throughput check deploys the baseline counterpart cell again, beside its own deployment
+(`CheckContext.deploy`, the target's deploy: the local target picks free ports and binds the
+roles to the same cores, so only the loaded pair runs), and measures both in alternating windows of
+the same seeded workload, ABBA order (pair k: baseline first when k is even), one short load run per
+window. The statistic is canary/core/paired.py: the ratio candidate / baseline with a t interval,
+pass / regress / inconclusive against `margin`.
+
+`redeploy_rounds` > 1 deploys both cells afresh for every further round (the runner's candidate
+deployment stays up, idle, meanwhile) and takes the interval over the rounds, so a deployment's
+mode is noise the interval sees rather than a bias it cannot.
+
+A pair is dropped (recorded in evidence.paired.problems) when either window's client was not a
+reliable clock, the machine was busy with other processes, or the baseline's window had failed
+requests; failed requests of the candidate's windows beyond `max_error_rate` fail the check.
+Every deployment made here is stopped before the check returns, also on an exception or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, Literal
+
+from canary.checks.base import CheckContext
+from canary.checks.throughput import hostload
+from canary.core import metric_keys as keys
+from canary.core.paired import PairedVerdict, Window, abba_order, paired_verdict
+from canary.judge.request_tests import PAIRED_GATE_PREFIX, gates_verdict
+from canary.judge.results import CAUSE_KEY, CheckResult, Gate
+from canary.load.launch import LoadError, LoadResult, run_load
+from canary.load.workload import WorkloadSpec
+from canary.targets.base import Deployment
+
+SEED_OFFSET = 100_000
+"""Window seeds start here (round r, pair k: seed + SEED_OFFSET + 1000 r + k): no window repeats a prompt
+the check's own measurement sent (vLLM's prefix cache would serve it), and both arms of a pair get the
+same prompts."""
+
+Arm = Literal["baseline", "candidate"]
+LoadFn = Callable[[WorkloadSpec, Path, str], LoadResult]
+
+
+def _run(spec: WorkloadSpec, work_dir: Path, name: str) -> LoadResult:
+    return run_load(spec, work_dir, name=name)
+
+
+def applies(ctx: CheckContext) -> bool:
+    """Whether this cell gets the paired verdict: enabled, a target that can deploy another cell, and a
+    baseline counterpart in the matrix."""
+    return ctx.config.checks.throughput.paired.enabled and ctx.deploy is not None and ctx.baseline_cell() is not None
+
+
+def window_spec(
+    ctx: CheckContext, deployment: Deployment, base: WorkloadSpec, seed: int, requests: int
+) -> WorkloadSpec:
+    """The workload of one window against one arm's deployment."""
+    paired = ctx.config.checks.throughput.paired
+    return base.model_copy(
+        update={
+            "base_url": deployment.base_url,
+            "num_requests": requests,
+            "warmup_requests": paired.warmup_requests,
+            "seed": seed,
+        }
+    )
+
+
+def add_paired(ctx: CheckContext, base: WorkloadSpec, result: CheckResult, load: LoadFn = _run) -> None:
+    """Run the paired measurement and add its gate, metrics, evidence.paired and summary to `result`.
+
+    `base` is the check's workload (token pool included); skipped when the check's own measurement
+    was not a pass (an erroring or failing candidate needs no comparison; an invalid client would
+    not measure the pairs either)."""
+    paired = ctx.config.checks.throughput.paired
+    counterpart = ctx.baseline_cell()
+    block: dict[str, Any] = {
+        "baseline_cell": counterpart.id if counterpart is not None else None,
+        "margin": paired.margin,
+        "confidence": paired.confidence,
+        "metric": paired.metric,
+        "pairs_per_round": paired.pairs,
+        "requests_per_window": paired.requests_per_window,
+        "redeploy_rounds": paired.redeploy_rounds,
+    }
+    result.evidence["paired"] = block
+    if result.verdict != "pass":
+        block["skipped"] = f"the throughput measurement was {result.verdict}"
+        return
+    if counterpart is None or ctx.deploy is None:
+        block["skipped"] = "no baseline counterpart cell, or a target that cannot deploy one"
+        return
+    windows, records, problems, failure = _measure(ctx, counterpart.id, base, load)
+    block["windows"] = records
+    block["problems"] = problems
+    gate, verdict = _gate(ctx, windows, records, failure)
+    if verdict is not None:
+        block["verdict"] = verdict.to_json()
+        result.metrics.update(verdict_metrics(verdict))
+    result.gates.append(gate)
+    for extra in _candidate_errors(ctx, records):
+        result.gates.append(extra)
+    result.verdict = gates_verdict(result.gates)
+    if result.verdict == "invalid":
+        result.evidence[CAUSE_KEY] = "paired verdict inconclusive"
+    result.summary = f"{result.summary}; {gate.detail}"
+
+
+def verdict_metrics(verdict: PairedVerdict) -> dict[str, float]:
+    """The paired verdict's numbers in CheckResult.metrics (exported: canary/export/prometheus/schema.py)."""
+    return {keys.PAIRED_RATIO: verdict.ratio, keys.PAIRED_RATIO_LOW: verdict.low, keys.PAIRED_RATIO_HIGH: verdict.high}
+
+
+def _gate(
+    ctx: CheckContext, windows: list[Window], records: list[dict[str, Any]], failure: str | None
+) -> tuple[Gate, PairedVerdict | None]:
+    """The paired gate: passed on `pass`; failed with the ratio on `regress` (fail), without a number
+    when inconclusive or not measured (invalid)."""
+    paired = ctx.config.checks.throughput.paired
+    name = f"{PAIRED_GATE_PREFIX}{paired.metric}"
+    floor = 1.0 - paired.margin
+    if failure is not None:
+        return Gate(name=name, passed=False, observed=None, threshold=floor, detail=f"paired: {failure}"), None
+    kept = [w for w in windows if not _dropped(records, w)]
+    try:
+        verdict = paired_verdict(kept, margin=paired.margin, confidence=paired.confidence)
+    except ValueError as exc:
+        return Gate(name=name, passed=False, observed=None, threshold=floor, detail=f"paired: {exc}"), None
+    decided = verdict.outcome != "inconclusive"
+    gate = Gate(
+        name=name,
+        passed=verdict.outcome == "pass",
+        observed=verdict.ratio if decided else None,
+        threshold=floor,
+        detail=verdict.sentence(),
+    )
+    return gate, verdict
+
+
+def _dropped(records: list[dict[str, Any]], window: Window) -> bool:
+    return any(r["round"] == window.round and r["pair"] == window.pair and r["dropped"] for r in records)
+
+
+def _candidate_errors(ctx: CheckContext, records: list[dict[str, Any]]) -> list[Gate]:
+    """Failed requests of the candidate's windows: real failures whatever the comparison says."""
+    cfg = ctx.config.checks.throughput
+    mine = [r for r in records if r["arm"] == "candidate"]
+    total = sum(r["requests_total"] for r in mine)
+    failed = sum(r["requests_failed"] for r in mine)
+    if not total:
+        return []
+    rate = failed / total
+    return [
+        Gate(
+            name="paired-windows-error-rate",
+            passed=rate <= cfg.max_error_rate,
+            observed=rate,
+            threshold=cfg.max_error_rate,
+            detail=f"{failed:.0f} of {total:.0f} requests of the candidate's paired windows failed",
+        )
+    ]
+
+
+def _measure(
+    ctx: CheckContext, counterpart_id: str, base: WorkloadSpec, load: LoadFn
+) -> tuple[list[Window], list[dict[str, Any]], list[str], str | None]:
+    """Every round's windows; (windows, per-window records, problems, why it could not measure)."""
+    paired = ctx.config.checks.throughput.paired
+    counterpart = ctx.baseline_cell()
+    deploy = ctx.deploy
+    assert counterpart is not None and deploy is not None  # applies() said so
+    work = ctx.cell_dir / "throughput" / "paired"
+    windows: list[Window] = []
+    records: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for rnd in range(paired.redeploy_rounds):
+        where = work / f"round-{rnd + 1}"
+        with ExitStack() as stack:
+            arms: dict[Arm, Deployment] = {}
+            if rnd == 0:
+                arms["candidate"] = ctx.deployment
+            else:
+                arms["candidate"] = stack.enter_context(deploy(ctx.cell, where / "candidate-logs"))
+            arms["baseline"] = stack.enter_context(deploy(counterpart, where / "baseline-logs"))
+            for arm, deployment in arms.items():
+                if not deployment.started:
+                    cell_id = counterpart_id if arm == "baseline" else ctx.cell.id
+                    return windows, records, problems, f"the {arm} ({cell_id}) did not start: {deployment.failure}"
+            pgids = [s.pid for d in arms.values() for s in d.servers.values() if s.pid is not None]
+            try:
+                _round(ctx, rnd, arms, base, pgids, where, load, windows, records, problems)
+            except LoadError as exc:
+                return windows, records, problems, f"a window's load run failed: {str(exc).splitlines()[0]}"
+    return windows, records, problems, None
+
+
+def _round(
+    ctx: CheckContext,
+    rnd: int,
+    arms: dict[Arm, Deployment],
+    base: WorkloadSpec,
+    pgids: list[int],
+    where: Path,
+    load: LoadFn,
+    windows: list[Window],
+    records: list[dict[str, Any]],
+    problems: list[str],
+) -> None:
+    cfg = ctx.config.checks.throughput
+    paired = cfg.paired
+    seed0 = cfg.seed + SEED_OFFSET + 1000 * rnd
+    for arm, deployment in arms.items():  # a freshly started server's first requests are slow: warm both
+        if rnd > 0 or arm == "baseline":
+            load(window_spec(ctx, deployment, base, seed0 + 999, max(4, paired.warmup_requests)), where, f"warm-{arm}")
+    for pair, arm in abba_order(paired.pairs):
+        spec = window_spec(ctx, arms[arm], base, seed0 + pair, paired.requests_per_window)
+        before = hostload.sample(pgids)
+        run = load(spec, where, f"pair-{pair}-{arm}")
+        after = hostload.sample(pgids)
+        foreign = hostload.foreign_load(before, after) if before and after else None
+        value = run.metrics.get(paired.metric, 0.0)
+        record: dict[str, Any] = {
+            "round": rnd,
+            "pair": pair,
+            "arm": arm,
+            "value": value,
+            "requests_per_s": run.metrics.get(keys.REQUESTS_PER_S, 0.0),
+            "output_tokens_per_s": run.metrics.get(keys.OUTPUT_TOKENS_PER_S, 0.0),
+            "ttft_p50_s": run.metrics.get("ttft_p50_s", math.nan),
+            "tpot_p50_s": run.metrics.get("tpot_p50_s", math.nan),
+            "requests_total": run.metrics.get("requests_total", 0.0),
+            "requests_failed": run.metrics.get("requests_failed", 0.0),
+            "foreign_cpu_cores": None if foreign is None else round(foreign.foreign_cores, 3),
+            "client_problems": run.client_problems,
+            "dropped": False,
+        }
+        records.append(record)
+        windows.append(Window(round=rnd, pair=pair, arm=arm, value=value))
+        why = _window_problem(ctx, record, foreign)
+        if why is not None:
+            problems.append(f"round {rnd + 1} pair {pair} {arm}: {why}")
+            for r in records:
+                if r["round"] == rnd and r["pair"] == pair:
+                    r["dropped"] = True
+    for r in records:  # a pair dropped by its second window drops its first too
+        if r["round"] == rnd and any(o["dropped"] for o in records if o["round"] == rnd and o["pair"] == r["pair"]):
+            r["dropped"] = True
+
+
+def _window_problem(ctx: CheckContext, record: dict[str, Any], foreign: hostload.ForeignLoad | None) -> str | None:
+    """Why a window's number is not the server's (its pair is then dropped), or None."""
+    cfg = ctx.config.checks.throughput
+    if record["client_problems"]:
+        return "; ".join(record["client_problems"])
+    limit = cfg.max_foreign_cpu_cores
+    if foreign is not None and limit is not None and foreign.foreign_cores > limit:
+        return f"machine busy: {foreign.describe()}, above max_foreign_cpu_cores={limit}"
+    if record["arm"] == "baseline" and record["requests_failed"]:
+        return f"{record['requests_failed']:.0f} failed requests on the baseline"
+    if record["value"] <= 0:
+        return f"no {cfg.paired.metric} measured"
+    return None

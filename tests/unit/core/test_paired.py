@@ -1,0 +1,120 @@
+"""canary.core.paired: the t quantile (against scipy), the outcome rule, the ABBA order, and the
+design question on simulated data: with deployment-level modes (the 2-core machine's: a deployment
+holds one speed for its life) an interval over one deployment's windows raises false alarms, an
+interval over redeploy rounds does not, and both still see a 25% loss."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from scipy import stats as scipy_stats
+
+from canary.core.paired import Window, abba_order, outcome_of, paired_verdict, t_cdf, t_two_sided
+
+MARGIN = 0.15
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 5, 7, 15, 40])
+@pytest.mark.parametrize("confidence", [0.8, 0.9, 0.95, 0.99])
+def test_the_t_quantile_matches_scipy(df: int, confidence: float) -> None:
+    assert t_two_sided(confidence, df) == pytest.approx(scipy_stats.t.ppf(0.5 + confidence / 2, df), rel=1e-7)
+
+
+@pytest.mark.parametrize("t", [-6.0, -1.3, -0.2, 0.0, 0.7, 2.5, 9.0])
+def test_the_t_cdf_matches_scipy(t: float) -> None:
+    for df in (1, 3, 11):
+        assert t_cdf(t, df) == pytest.approx(scipy_stats.t.cdf(t, df), abs=1e-10)
+
+
+def test_outcomes_against_the_margin() -> None:
+    assert outcome_of(0.86, 1.2, 0.15) == "pass"
+    assert outcome_of(0.60, 0.84, 0.15) == "regress"
+    assert outcome_of(0.80, 1.05, 0.15) == "inconclusive"
+    assert outcome_of(1.3, 1.5, 0.15) == "pass"  # a faster candidate is never a regression
+
+
+def test_abba_order_alternates_which_arm_goes_first() -> None:
+    assert abba_order(3) == [
+        (0, "baseline"), (0, "candidate"), (1, "candidate"), (1, "baseline"), (2, "baseline"), (2, "candidate"),
+    ]  # fmt: skip
+
+
+def _windows(ratios_by_round: list[list[float]], base: float = 10.0) -> list[Window]:
+    out: list[Window] = []
+    for rnd, ratios in enumerate(ratios_by_round):
+        for pair, ratio in enumerate(ratios):
+            out.append(Window(rnd, pair, "baseline", base))
+            out.append(Window(rnd, pair, "candidate", base * ratio))
+    return out
+
+
+def test_one_round_takes_the_interval_over_its_pairs() -> None:
+    verdict = paired_verdict(_windows([[0.98, 1.02, 1.0, 0.99]]), margin=MARGIN, confidence=0.95)
+    logs = [math.log(r) for r in (0.98, 1.02, 1.0, 0.99)]
+    mean = sum(logs) / 4
+    sd = math.sqrt(sum((v - mean) ** 2 for v in logs) / 3)
+    half = scipy_stats.t.ppf(0.975, 3) * sd / 2
+    assert verdict.ratio == pytest.approx(math.exp(mean))
+    assert (verdict.low, verdict.high) == pytest.approx((math.exp(mean - half), math.exp(mean + half)))
+    assert verdict.outcome == "pass" and verdict.rounds == 1 and verdict.pairs == 4 and verdict.degrees_of_freedom == 3
+
+
+def test_rounds_take_the_interval_over_round_means() -> None:
+    verdict = paired_verdict(_windows([[0.7, 0.72], [0.69, 0.71], [0.73, 0.7]]), margin=MARGIN, confidence=0.95)
+    assert verdict.rounds == 3 and verdict.degrees_of_freedom == 2 and len(verdict.round_log_ratios) == 3
+    assert verdict.outcome == "regress" and verdict.high < 0.85
+
+
+def test_too_few_pairs_is_an_error_not_a_verdict() -> None:
+    with pytest.raises(ValueError, match="at least 2 units"):
+        paired_verdict(_windows([[1.0]]), margin=MARGIN, confidence=0.95)
+    incomplete = [Window(0, 0, "baseline", 10.0), Window(0, 1, "candidate", 10.0)]
+    with pytest.raises(ValueError, match="0 complete pairs"):
+        paired_verdict(incomplete, margin=MARGIN, confidence=0.95)
+
+
+def _simulate(rng: random.Random, loss: float, rounds: int, pairs: int, sd_deploy: float, sd_window: float) -> str:
+    """One paired run: each round deploys both arms (a log-normal deployment mode each), then windows."""
+    windows: list[Window] = []
+    for rnd in range(rounds):
+        mode_a, mode_b = rng.gauss(0, sd_deploy), rng.gauss(0, sd_deploy)
+        for pair in range(pairs):
+            drift = rng.gauss(0, 0.1)  # the machine's drift hits both arms of a pair alike
+            windows.append(Window(rnd, pair, "baseline", 10 * math.exp(mode_a + drift + rng.gauss(0, sd_window))))
+            cand = 10 * (1 - loss) * math.exp(mode_b + drift + rng.gauss(0, sd_window))
+            windows.append(Window(rnd, pair, "candidate", cand))
+    return paired_verdict(windows, margin=MARGIN, confidence=0.95).outcome
+
+
+# Window noise of log-sd 0.08 (24-request windows of the tiny model). Deployment modes of log-sd 0.2
+# (the 1.5-2x spread between deployments of one image docs/methodology/throughput.md reports, were it
+# all per deployment), or none (were it all the machine's drift over time, which pairs cancel).
+SD_WINDOW = 0.08
+SD_DEPLOY = 0.2
+
+
+def test_one_deployment_per_arm_false_alarms_under_deployment_modes() -> None:
+    rng = random.Random(1)
+    outcomes = [_simulate(rng, 0.0, 1, 8, SD_DEPLOY, SD_WINDOW) for _ in range(400)]
+    # the windows cannot see a deployment's mode: a clean candidate often comes out "regress"
+    assert outcomes.count("regress") / len(outcomes) > 0.1
+
+
+def test_redeploy_rounds_keep_clean_runs_quiet_under_deployment_modes() -> None:
+    rng = random.Random(2)
+    clean = [_simulate(rng, 0.0, 4, 3, SD_DEPLOY, SD_WINDOW) for _ in range(400)]
+    assert clean.count("regress") / len(clean) <= 0.025
+    lossy = [_simulate(rng, 0.25, 4, 3, SD_DEPLOY, SD_WINDOW) for _ in range(400)]
+    assert lossy.count("pass") / len(lossy) <= 0.025  # a 25% loss is never called fine ...
+    assert lossy.count("regress") > 0  # ... but four rounds see it only sometimes: modes cost power
+
+
+def test_without_deployment_modes_one_round_is_quiet_and_powerful() -> None:
+    rng = random.Random(3)
+    clean = [_simulate(rng, 0.0, 1, 8, 0.0, SD_WINDOW) for _ in range(400)]
+    assert clean.count("regress") / len(clean) <= 0.01
+    assert clean.count("pass") / len(clean) >= 0.85
+    lossy = [_simulate(rng, 0.25, 1, 8, 0.0, SD_WINDOW) for _ in range(400)]
+    assert lossy.count("regress") / len(lossy) >= 0.6 and lossy.count("pass") == 0
