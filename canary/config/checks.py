@@ -218,7 +218,7 @@ class PairedConfig(Strict):
     metric: Literal["requests_per_s", "output_tokens_per_s"] = Field(
         "requests_per_s", description="The throughput number of each window compared."
     )
-    pairs: int = Field(4, ge=1, description="A/B window pairs per round (2 x pairs windows, ABBA order).")
+    pairs: int = Field(6, ge=1, description="A/B window pairs per round (2 x pairs windows, ABBA order).")
     requests_per_window: PositiveInt = Field(
         24, description="Requests measured per window (closed loop at `concurrency`, or open loop at request_rate)."
     )
