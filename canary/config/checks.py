@@ -215,10 +215,17 @@ class PairedConfig(Strict):
         "its high end < 1 - margin, else inconclusive (the check is invalid, the run INCONCLUSIVE).",
     )
     confidence: float = Field(0.95, gt=0, lt=1, description="Confidence of the two-sided t interval of the ratio.")
+    trim: float = Field(
+        0.2,
+        ge=0,
+        lt=0.5,
+        description="Share of the pairs' log ratios cut at each end (Yuen's trimmed-mean t interval; 0: plain t): "
+        "a pair straddling a change of the machine's speed is an outlier.",
+    )
     metric: Literal["requests_per_s", "output_tokens_per_s"] = Field(
         "requests_per_s", description="The throughput number of each window compared."
     )
-    pairs: int = Field(6, ge=1, description="A/B window pairs per round (2 x pairs windows, ABBA order).")
+    pairs: int = Field(8, ge=1, description="A/B window pairs per round (2 x pairs windows, ABBA order).")
     requests_per_window: PositiveInt = Field(
         24, description="Requests measured per window (closed loop at `concurrency`, or open loop at request_rate)."
     )

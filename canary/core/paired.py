@@ -3,7 +3,10 @@
 Baseline (A) and candidate (B) are measured interleaved, window after window, on the same seeded
 workload: A B, B A, A B, ... (ABBA order: a linear drift of the machine cancels over two pairs).
 Each adjacent A/B pair gives the log ratio log(B / A) of one throughput number. The estimate is
-exp(mean log ratio), its interval a two-sided Student t interval of the mean, exponentiated.
+exp(mean log ratio), its interval a two-sided Student t interval of the mean, exponentiated; with
+`trim` > 0 the mean is a trimmed mean and the interval Yuen's (trimmed_interval): the machine's
+speed changes in steps, and a pair whose two windows straddle a step is an outlier a plain t interval
+cannot absorb with a handful of pairs (measured: docs/methodology/throughput.md).
 
 Deployment-level noise: on the 2-core CPU machine a deployment runs in one "mode" for its whole life
 (docs/methodology/throughput.md), so the windows of one A deployment and one B deployment share a
@@ -179,26 +182,47 @@ def outcome_of(low: float, high: float, margin: float) -> Outcome:
     return "inconclusive"
 
 
-def paired_verdict(windows: Sequence[Window], *, margin: float, confidence: float) -> PairedVerdict:
-    """The paired verdict of interleaved windows (see the module docstring).
+def trimmed_interval(units: Sequence[float], confidence: float, trim: float) -> tuple[float, float, int]:
+    """(center, half-width, degrees of freedom) of the mean of `units`: Yuen's trimmed-mean t interval.
 
-    Raises ValueError when there are too few units for an interval: at least 2 pairs with one round,
-    at least 2 rounds (each with a pair) otherwise."""
+    g = floor(trim x n) units are cut at each end; the center is the mean of the rest, its standard
+    error the winsorized standard deviation / ((1 - 2g/n) sqrt(n)), df = n - 2g - 1. trim 0: the plain
+    t interval of the mean. One unit far off the others (a pair whose two windows straddle the
+    machine's change of speed) moves a trimmed interval little and a plain one a lot."""
+    n = len(units)
+    g = math.floor(trim * n)
+    if n - 2 * g < 2:
+        raise ValueError(f"a paired interval needs at least 2 units after trimming {g} at each end, got {n}")
+    ordered = sorted(units)
+    kept = ordered[g : n - g]
+    center = _mean(kept)
+    winsorized = [ordered[g]] * g + kept + [ordered[n - g - 1]] * g
+    w_mean = _mean(winsorized)
+    sd_w = math.sqrt(sum((w - w_mean) ** 2 for w in winsorized) / (n - 1))
+    se = sd_w / ((1.0 - 2.0 * g / n) * math.sqrt(n))
+    df = n - 2 * g - 1
+    return center, t_two_sided(confidence, df) * se, df
+
+
+def paired_verdict(windows: Sequence[Window], *, margin: float, confidence: float, trim: float = 0.0) -> PairedVerdict:
+    """The paired verdict of interleaved windows (see the module docstring); `trim`: trimmed_interval's.
+
+    Raises ValueError when there are too few units for an interval: at least 2 pairs (after trimming)
+    with one round, at least 2 rounds otherwise."""
     if not 0.0 < margin < 1.0:
         raise ValueError(f"margin must lie strictly between 0 and 1, got {margin}")
+    if not 0.0 <= trim < 0.5:
+        raise ValueError(f"trim must lie in [0, 0.5), got {trim}")
     ratios = pair_log_ratios(windows)
     rounds = sorted({r for r, _ in ratios})
     per_round = [_mean([v for (r, _), v in ratios.items() if r == rnd]) for rnd in rounds]
     units = per_round if len(rounds) > 1 else list(ratios.values())
     if len(units) < 2:
         raise ValueError(f"a paired interval needs at least 2 units, got {len(units)} ({len(ratios)} complete pairs)")
-    mean = _mean(units)
-    sd = math.sqrt(sum((u - mean) ** 2 for u in units) / (len(units) - 1))
-    df = len(units) - 1
-    half = t_two_sided(confidence, df) * sd / math.sqrt(len(units))
-    low, high = math.exp(mean - half), math.exp(mean + half)
+    center, half, df = trimmed_interval(units, confidence, trim)
+    low, high = math.exp(center - half), math.exp(center + half)
     return PairedVerdict(
-        ratio=math.exp(mean),
+        ratio=math.exp(center),
         low=low,
         high=high,
         margin=margin,

@@ -19,6 +19,10 @@ An invalid measurement is no evidence, so it is taken again: up to `max_attempts
 judged. Every attempt (verdict, summary, the client's problems, the wait before it) is recorded in
 evidence.attempts, their count in metrics.attempts. A check still invalid after the last attempt
 names its cause in evidence.cause ("client CPU-starved"): the run is then INCONCLUSIVE, not failed.
+
+With `paired.enabled`, a candidate cell whose baseline counterpart is in the matrix is compared by the
+paired verdict instead of the unpaired regression gates: the counterpart is deployed beside it and
+both are measured in alternating windows (canary/checks/throughput/paired.py).
 """
 
 from __future__ import annotations

@@ -84,6 +84,7 @@ def add_paired(ctx: CheckContext, base: WorkloadSpec, result: CheckResult, load:
         "baseline_cell": counterpart.id if counterpart is not None else None,
         "margin": paired.margin,
         "confidence": paired.confidence,
+        "trim": paired.trim,
         "metric": paired.metric,
         "pairs_per_round": paired.pairs,
         "requests_per_window": paired.requests_per_window,
@@ -129,7 +130,7 @@ def _gate(
         return Gate(name=name, passed=False, observed=None, threshold=floor, detail=f"paired: {failure}"), None
     kept = [w for w in windows if not _dropped(records, w)]
     try:
-        verdict = paired_verdict(kept, margin=paired.margin, confidence=paired.confidence)
+        verdict = paired_verdict(kept, margin=paired.margin, confidence=paired.confidence, trim=paired.trim)
     except ValueError as exc:
         return Gate(name=name, passed=False, observed=None, threshold=floor, detail=f"paired: {exc}"), None
     decided = verdict.outcome != "inconclusive"
