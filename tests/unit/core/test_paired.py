@@ -98,8 +98,9 @@ def _simulate(rng: random.Random, loss: float, rounds: int, pairs: int, sd_deplo
 
 
 # Window noise of log-sd 0.08 (24-request windows of the tiny model). Deployment modes of log-sd 0.2
-# (the 1.5-2x spread between deployments of one image docs/methodology/throughput.md reports, were it
-# all per deployment), or none (were it all the machine's drift over time, which pairs cancel).
+# per arm (the 1.5-2x spread between deployments of one image, were it all per deployment; measured
+# since: about 0.10 for the log ratio of a pair of deployments, docs/methodology/throughput.md), or
+# none (were it all the machine's drift over time, which pairs cancel).
 SD_WINDOW = 0.08
 SD_DEPLOY = 0.2
 
