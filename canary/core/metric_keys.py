@@ -21,6 +21,27 @@ REQUESTS_PER_S = "requests_per_s"
 OUTPUT_TOKENS_PER_S = "output_tokens_per_s"
 GOODPUT_REQUESTS_PER_S = "goodput_requests_per_s"
 
+# The SLO capacity search (checks.throughput.capacity, canary/load/capacity.py); only when it ran. An
+# estimate or an interval end the search could not establish is left out (never 0).
+CAPACITY_REQUESTS_PER_S = "capacity_requests_per_s"
+"""The highest offered rate at which the SLO held (below every rate at which it did not)."""
+CAPACITY_LOW_REQUESTS_PER_S = "capacity_low_requests_per_s"
+"""The confident interval's lower end: the highest rate whose attainment's Wilson lower bound passed."""
+CAPACITY_HIGH_REQUESTS_PER_S = "capacity_high_requests_per_s"
+"""The confident interval's upper end: the lowest rate above it that confidently failed (or over-saturated)."""
+CAPACITY_REQUESTS_USED = "capacity_requests_used"
+"""Requests the search sent over all its probes: present whenever the search ran."""
+CAPACITY_SECONDS_USED = "capacity_seconds_used"
+"""Wall seconds of all the search's probes."""
+
+# The disaggregation gain of a P/D cell (canary/judge/capacity_gain.py): its capacity over its
+# aggregated control's scaled linearly to the pair's engine count. Unitless multiples (1: no gain).
+DISAGG_GAIN = "disagg_gain"
+DISAGG_GAIN_LOW = "disagg_gain_low"
+DISAGG_GAIN_HIGH = "disagg_gain_high"
+DISAGG_ENGINE_SCALE = "disagg_engine_scale"
+"""The factor the control's capacity was multiplied by: the pair's engines (x tensor parallel) over the control's."""
+
 
 EXPORTED_PERCENTILES: tuple[str, ...] = ("p50", "p90", "p99")
 """The latency statistics the exporters read (a `percentile` label value and the key's stat)."""

@@ -32,23 +32,45 @@ from canary.checks.base import CheckContext, register
 from canary.checks.throughput import hostload
 from canary.config import CapacityConfig, ThroughputCheckConfig
 from canary.core import metric_keys as keys
+from canary.judge.capacity_gain import Capacity, judge_gain
 from canary.judge.request_tests import gates_verdict, per_request_gates, raw_runs
 from canary.judge.results import CAUSE_KEY, LATENCIES, CheckResult, Gate
-from canary.load.capacity import CapacitySlo, LoadMeasure, RateResult, SearchSettings, search_capacity
+from canary.load.capacity import (
+    CapacityResult,
+    CapacitySlo,
+    LoadMeasure,
+    RateResult,
+    SearchSettings,
+    search_capacity,
+)
 from canary.load.launch import LoadError, LoadResult, run_load, token_pool, words_per_token
 from canary.load.stats import Sample, Slo, higher_is_better, median_metrics, relative_change, window_values
 from canary.load.workload import WorkloadSpec
+from canary.plan.waves import engine_gpus
 from canary.targets.base import Deployment
 
 # Metrics that are counts per run: summed over repeats rather than taken as a median.
 _COUNTS = ("requests_total", "requests_succeeded", "requests_failed", "requests_not_sent", "requests_cut_by_deadline")
 
 
+CAPACITY_KEYS: tuple[str, ...] = (
+    keys.CAPACITY_REQUESTS_PER_S,
+    keys.CAPACITY_LOW_REQUESTS_PER_S,
+    keys.CAPACITY_HIGH_REQUESTS_PER_S,
+    keys.CAPACITY_REQUESTS_USED,
+    keys.CAPACITY_SECONDS_USED,
+)
+"""The capacity search's numbers (only when checks.throughput.capacity is on)."""
+GAIN_KEYS: tuple[str, ...] = (keys.DISAGG_GAIN, keys.DISAGG_GAIN_LOW, keys.DISAGG_GAIN_HIGH, keys.DISAGG_ENGINE_SCALE)
+"""A P/D cell's disaggregation gain over its control (canary.judge.capacity_gain)."""
+
 EXPORTED_KEYS: tuple[str, ...] = (
     keys.REQUESTS_PER_S,
     keys.OUTPUT_TOKENS_PER_S,
     keys.GOODPUT_REQUESTS_PER_S,
     *(keys.latency_key(kind, pct) for kind in LATENCIES for pct in keys.EXPORTED_PERCENTILES),
+    *CAPACITY_KEYS,
+    *GAIN_KEYS,
 )
 """The numbers of this check the exporters read."""
 
@@ -256,7 +278,19 @@ def throughput_check(ctx: CheckContext) -> CheckResult:
         result.summary = f"{result.summary} (attempt {len(attempts)}: the earlier ones were invalid)"
     if cfg.capacity.enabled:
         add_capacity(ctx, prompts, result)
+        add_gain(ctx, result)
     return result
+
+
+def add_gain(ctx: CheckContext, result: CheckResult) -> None:
+    """A P/D cell's disaggregation gain over its aggregated control (canary.judge.capacity_gain), when
+    both capacity searches ran: informational, into metrics, evidence and the summary."""
+    if ctx.cell.topology != "pd-nixl":
+        return
+    control = ctx.control_for()
+    engines = sum(engine_gpus(ctx.cell, ctx.config).values())  # engines x tensor parallel
+    theirs = sum(engine_gpus(control.cell, ctx.config).values()) if control is not None else 1
+    judge_gain(ctx.cell, result, control, engines, theirs)
 
 
 def capacity_slo(cfg: CapacityConfig) -> CapacitySlo:
@@ -305,20 +339,29 @@ def add_capacity(
     )
     expected = getattr(measure, "expected_seconds", None)
     found = search_capacity(measure, slo, settings, expected_seconds=expected)
-    lower, upper = found.interval
-    values = {  # results.json only: not exported (canary/core/metric_keys.py)
-        "capacity_requests_per_s": found.estimate,
-        "capacity_low_requests_per_s": lower,
-        "capacity_high_requests_per_s": upper,
-        "capacity_requests_used": float(found.requests_used),
-        "capacity_seconds_used": found.seconds_used,
-    }
-    result.metrics.update({k: v for k, v in values.items() if v is not None})
+    result.metrics.update(capacity_metrics(found))
     result.evidence["capacity"] = found.to_json()
-    low = "below" if lower is None else f"{lower:.3g}"
-    high = "above" if upper is None else f"{upper:.3g}"
-    estimate = "none" if found.estimate is None else f"{found.estimate:.3g} req/s"
-    result.summary = f"{result.summary}; SLO capacity {estimate} [{low}, {high}]"
+    result.summary = f"{result.summary}; {capacity_summary(found)}"
+
+
+def capacity_metrics(found: CapacityResult) -> dict[str, float]:
+    """A search's numbers for CheckResult.metrics; an estimate or interval end it could not establish
+    has no key (never 0)."""
+    lower, upper = found.interval
+    values = {
+        keys.CAPACITY_REQUESTS_PER_S: found.estimate,
+        keys.CAPACITY_LOW_REQUESTS_PER_S: lower,
+        keys.CAPACITY_HIGH_REQUESTS_PER_S: upper,
+        keys.CAPACITY_REQUESTS_USED: float(found.requests_used),
+        keys.CAPACITY_SECONDS_USED: found.seconds_used,
+    }
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def capacity_summary(found: CapacityResult) -> str:
+    """'SLO capacity 6 req/s [5.5, 6.6]' ('below' / 'above' for a missing end, 'none' without an estimate)."""
+    lower, upper = found.interval
+    return f"SLO capacity {Capacity(found.estimate, lower, upper).text()}"
 
 
 def backoff_s(cfg: ThroughputCheckConfig, attempt: int) -> float:

@@ -3,7 +3,9 @@
 Each check's metric-producing code runs here on real inputs (no engines): the startup times of a
 deployment, the load generator's analysis of raw client output and the throughput check's
 combination of repeats, the accuracy check's result of a sequential GSM8K run with a control, the
-NIXL counters of a real vLLM /metrics text, and the parity check's judgement of P/D rows against a
+NIXL counters of a real vLLM /metrics text, the throughput check's SLO capacity search (against the
+synthetic server of tests.support.sample) on an aggregated control and a P/D cell with its
+disaggregation gain, and the parity check's judgement of P/D rows against a
 control's reference and null arm (and of a candidate image against the baseline's). Every key the
 schema exports must be among the keys produced; every number the parity check produces is exported.
 (The history's change-point keys, canary.export.history.tracked.TRACKED, are written and exported end to
@@ -31,10 +33,12 @@ from canary.checks.parity.metrics import over_floor, reference_metrics
 from canary.checks.parity.prompts import ParityPrompt
 from canary.checks.parity.reference import CACHE_BATCH_ARM, FORCED_NULL_ARM, Reference, judge_evidence
 from canary.checks.startup.check import _ready_metrics
-from canary.checks.throughput.check import combine
+from canary.checks.base import CheckContext
+from canary.checks.throughput.check import add_capacity, add_gain, combine
 from canary.config import AccuracyCheckConfig, ParityCheckConfig
 from canary.core import metric_keys as k
 from canary.core.promtext import parse
+from canary.judge.results import CellResult, CheckResult
 from canary.export.history.tracked import TRACKED, TRACKED_CHECK
 from canary.export.prometheus import schema as s
 from canary.load.launch import analyze
@@ -42,7 +46,7 @@ from canary.load.stats import ClientHealth, Sample
 from canary.load.workload import WorkloadSpec
 from canary.plan.matrix import plan
 from canary.targets.base import Deployment, ServerInfo
-from tests.support.sample import sample_config
+from tests.support.sample import SyntheticServer, sample_config
 
 DECODE_METRICS = """\
 # TYPE vllm:nixl_bytes_transferred counter
@@ -102,6 +106,26 @@ def _throughput() -> set[str]:
         }
         runs.append(analyze(spec, raw))
     return set(combine(runs))
+
+
+def _capacity(work_dir: Path) -> set[str]:
+    """The capacity search on an aggregated control, then on a P/D cell with its gain over it."""
+    config = sample_config()
+    cells = {c.id: c for c in plan(config).planned()}
+    control, pd = cells["agg.cpu_attn.b32.auto.v1.baseline"], cells["pd.cpu_attn.p32-d32.auto.v1.baseline"]
+    earlier: dict[str, CellResult] = {}
+    produced: set[str] = set()
+    for cell, capacity in ((control, 20.0), (pd, 6.0)):
+        deployment = Deployment(cell, "http://127.0.0.1:1", "tiny", {}, started=True)
+        ctx = CheckContext(cell, deployment, config, work_dir / cell.id, earlier=dict(earlier))
+        result = CheckResult(name="throughput", verdict="pass", summary="x")
+        server = SyntheticServer(capacity=capacity, idle_ttft_s=0.05, itl_s=0.01)
+        add_capacity(ctx, (None, 1.0, {}), result, measure_factory=lambda **_: server)
+        add_gain(ctx, result)
+        produced |= set(result.metrics)
+        startup = CheckResult(name="startup", verdict="pass")
+        earlier[cell.id] = CellResult(cell=cell, verdict="pass", checks=[startup, result])
+    return produced
 
 
 def _accuracy() -> set[str]:
@@ -171,11 +195,11 @@ def _parity() -> dict[str, set[str]]:
 
 
 @pytest.fixture(scope="module")
-def produced() -> dict[str, set[str]]:
+def produced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
     parity_keys = _parity()
     return {
         "startup": _startup(),
-        "throughput": _throughput(),
+        "throughput": _throughput() | _capacity(tmp_path_factory.mktemp("capacity")),
         "accuracy": _accuracy(),
         "kv_transfer": _kv_transfer(),
         "parity": set().union(*parity_keys.values()),
