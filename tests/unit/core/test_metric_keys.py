@@ -23,6 +23,7 @@ import pytest
 from canary.checks.accuracy.check import Threshold, build_result
 from canary.checks.accuracy.gsm8k import QuestionResult
 from canary.checks.accuracy.sequential import evaluate_sequentially
+from canary.checks.base import CheckContext
 from canary.checks.kv_transfer.check import ZERO, read_counters, transfer_metrics
 from canary.checks.parity import check as parity
 from canary.checks.parity.check import judge_pd
@@ -33,14 +34,13 @@ from canary.checks.parity.metrics import over_floor, reference_metrics
 from canary.checks.parity.prompts import ParityPrompt
 from canary.checks.parity.reference import CACHE_BATCH_ARM, FORCED_NULL_ARM, Reference, judge_evidence
 from canary.checks.startup.check import _ready_metrics
-from canary.checks.base import CheckContext
 from canary.checks.throughput.check import add_capacity, add_gain, combine
 from canary.config import AccuracyCheckConfig, ParityCheckConfig
 from canary.core import metric_keys as k
 from canary.core.promtext import parse
-from canary.judge.results import CellResult, CheckResult
 from canary.export.history.tracked import TRACKED, TRACKED_CHECK
 from canary.export.prometheus import schema as s
+from canary.judge.results import CellResult, CheckResult
 from canary.load.launch import analyze
 from canary.load.stats import ClientHealth, Sample
 from canary.load.workload import WorkloadSpec
@@ -120,7 +120,7 @@ def _capacity(work_dir: Path) -> set[str]:
         ctx = CheckContext(cell, deployment, config, work_dir / cell.id, earlier=dict(earlier))
         result = CheckResult(name="throughput", verdict="pass", summary="x")
         server = SyntheticServer(capacity=capacity, idle_ttft_s=0.05, itl_s=0.01)
-        add_capacity(ctx, (None, 1.0, {}), result, measure_factory=lambda **_: server)
+        add_capacity(ctx, (None, 1.0, {}), result, measure_factory=lambda found=server, **_: found)
         add_gain(ctx, result)
         produced |= set(result.metrics)
         startup = CheckResult(name="startup", verdict="pass")
