@@ -33,7 +33,10 @@ CAPACITY_EVIDENCE_KEY = "capacity"
 
 def assumption(scale: float) -> str:
     """The words every place that shows a gain says with it."""
-    return f"aggregated control scaled x{scale:g}, linear-scaling assumption: no {scale:g}-engine aggregated deployment"
+    return (
+        f"aggregated control scaled x{scale:g}, linear-scaling assumption: no {scale:g}-engine aggregated "
+        "deployment is measured"
+    )
 
 
 @dataclass(frozen=True)

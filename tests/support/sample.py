@@ -395,7 +395,9 @@ def _checks(cell: Cell, index: int, baseline_rps: dict[str, float]) -> list[Chec
     if candidate and cell.topology == "aggregated" and cell.prefill_block_size == 32:
         rps *= 0.55  # the regression the candidate brings
     if candidate and cell.topology == "pd-nixl" and cell.prefill_block_size == 32 and not mismatch:
-        checks.append(_crashed_load_test())
+        crashed = _crashed_load_test()  # the check skips the capacity search after an error
+        crashed.evidence["capacity"] = {"skipped": "the throughput measurement was error"}
+        checks.append(crashed)
     else:
         throughput = _throughput(cell, rps, baseline_rps.get(key) if candidate else None)
         no_transfer = candidate and cell.topology == "pd-nixl" and cell.prefill_block_size == 128
