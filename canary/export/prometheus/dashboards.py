@@ -978,7 +978,7 @@ def _capacity_panels() -> tuple[gts.Panel, gtable.Panel, gts.Panel, gtable.Panel
             "Lowest disaggregation gain with its interval",
             f"The ${LIMIT_VAR} P/D cells with the lowest disaggregation gain (solid) and the ends of its interval "
             "(B lower, C upper, dashed); the line at 1: P/D carries what the same engines carry aggregated. "
-            + explain("disaggregation gain"),
+            + explain("disaggregation gain", "SLO capacity"),
             U_GAIN,
             _query(lowest_gain, "{{cell}}"),
             _query(of(s.DISAGG_GAIN_LOW, lowest_gain), "{{cell}} lower", ref="B"),
@@ -995,7 +995,7 @@ def _capacity_panels() -> tuple[gts.Panel, gtable.Panel, gts.Panel, gtable.Panel
         "Disaggregation gain by backend and block size",
         "Every P/D cell with a disaggregation gain, one row per backend and prefill/decode block size (and "
         "image), lowest gain first: the gain, its interval, the engine scale its control was multiplied by "
-        "and the cell's own SLO capacity. " + explain("disaggregation gain"),
+        "and the cell's own SLO capacity. " + explain("disaggregation gain", "SLO capacity"),
         U_GAIN,
         (
             (col(s.DISAGG_GAIN), "gain", U_GAIN),
