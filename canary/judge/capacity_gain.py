@@ -206,6 +206,10 @@ def gains(cells: list[CellResult]) -> list[tuple[CellResult, Gain]]:
     for result in cells:
         check = result.check("throughput")
         data = check.evidence.get(EVIDENCE_KEY) if check is not None else None
-        if isinstance(data, dict):
-            out.append((result, Gain.from_json(data)))
+        if not isinstance(data, dict):
+            continue
+        if "engines_pd" not in data:  # the engines could not be counted: only why
+            mine = Capacity.of(check) or Capacity(None, None, None)
+            data = {"engines_pd": 0, "engines_control": 1, "pd": asdict(mine), "skipped": data.get("skipped", "")}
+        out.append((result, Gain.from_json(data)))
     return out

@@ -32,6 +32,7 @@ from canary.checks.base import CheckContext, register
 from canary.checks.throughput import hostload
 from canary.config import CapacityConfig, ThroughputCheckConfig
 from canary.core import metric_keys as keys
+from canary.judge.capacity_gain import EVIDENCE_KEY as GAIN_EVIDENCE_KEY
 from canary.judge.capacity_gain import Capacity, judge_gain
 from canary.judge.request_tests import gates_verdict, per_request_gates, raw_runs
 from canary.judge.results import CAUSE_KEY, LATENCIES, CheckResult, Gate
@@ -46,7 +47,7 @@ from canary.load.capacity import (
 from canary.load.launch import LoadError, LoadResult, run_load, token_pool, words_per_token
 from canary.load.stats import Sample, Slo, higher_is_better, median_metrics, relative_change, window_values
 from canary.load.workload import WorkloadSpec
-from canary.plan.waves import engine_gpus
+from canary.plan.waves import ScheduleError, engine_gpus
 from canary.targets.base import Deployment
 
 # Metrics that are counts per run: summed over repeats rather than taken as a median.
@@ -288,8 +289,12 @@ def add_gain(ctx: CheckContext, result: CheckResult) -> None:
     if ctx.cell.topology != "pd-nixl":
         return
     control = ctx.control_for()
-    engines = sum(engine_gpus(ctx.cell, ctx.config).values())  # engines x tensor parallel
-    theirs = sum(engine_gpus(control.cell, ctx.config).values()) if control is not None else 1
+    try:  # engines x tensor parallel
+        engines = sum(engine_gpus(ctx.cell, ctx.config).values())
+        theirs = sum(engine_gpus(control.cell, ctx.config).values()) if control is not None else 1
+    except ScheduleError as exc:  # a model not in the config: no gain, and never an error of the check
+        result.evidence[GAIN_EVIDENCE_KEY] = {"skipped": str(exc)}
+        return
     judge_gain(ctx.cell, result, control, engines, theirs)
 
 

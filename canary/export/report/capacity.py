@@ -159,7 +159,7 @@ def gain_rows(run: RunResult) -> list[tuple[CellResult, Gain, list[str]]]:
 
 def assumptions(run: RunResult) -> list[str]:
     """The assumption sentence of every scale the run's gains used (once each)."""
-    return sorted({assumption(g.scale) for _, g in gains(run.cells)})
+    return sorted({assumption(g.scale) for _, g in gains(run.cells) if g.gain is not None})
 
 
 def html_section(run: RunResult, colors: dict[str, str]) -> str:

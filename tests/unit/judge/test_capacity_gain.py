@@ -145,3 +145,16 @@ def test_through_the_check_the_control_is_found_and_tensor_parallel_counts(tmp_p
     assert evidence["control_cell"] == agg.id
     mine, theirs = (results[c].metrics[k.CAPACITY_REQUESTS_PER_S] for c in (pd.id, agg.id))
     assert math.isclose(results[pd.id].metrics[k.DISAGG_GAIN], mine / (2 * theirs))
+
+
+def test_a_model_missing_from_the_config_is_no_gain_and_no_error(tmp_path: Path) -> None:
+    """add_gain never raises (an error would change the check's verdict): engines it cannot count are
+    a skipped gain, which the reports read back."""
+    config = load_config(REPO_ROOT / "configs/cpu-default.yaml", [])
+    pd = next(c for c in plan(config).planned() if c.topology == "pd-nixl").model_copy(update={"model": "gone"})
+    ctx = CheckContext(pd, Deployment(pd, "http://127.0.0.1:9", "gone", {}, started=True), config, tmp_path)
+    result = _throughput(6.0, 5.0, 7.0)
+    add_gain(ctx, result)
+    assert result.verdict == "pass" and "gone" in result.evidence[EVIDENCE_KEY]["skipped"]
+    ((_, gain),) = gains([CellResult(cell=pd, verdict="pass", checks=[result])])
+    assert gain.gain is None and gain.pd.estimate == 6.0 and "gone" in gain.skipped
