@@ -169,10 +169,12 @@ def judge_gain(
     pd = Capacity.of(check)
     if cell.topology != "pd-nixl" or pd is None:
         return None
+    if control is not None and not _same_config(cell, control.cell):
+        control = None  # another backend, dtype or runner: no control for this comparison
     found = control.check("throughput") if control is not None else None
     theirs = Capacity.of(found)
     skipped = ""
-    if control is None or not _same_config(cell, control.cell):
+    if control is None:
         skipped = "no aggregated control of the same model, backend, KV-cache dtype and runner ran"
     elif theirs is None:
         skipped = f"the control {control.cell.id} ran no capacity search"

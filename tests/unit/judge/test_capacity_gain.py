@@ -101,6 +101,7 @@ def test_a_control_of_another_backend_is_no_control() -> None:
     other.cell = other.cell.model_copy(update={"backend": "FLASH_ATTN"})
     gain = judge_gain(PD, _throughput(6.0, 5.0, 7.0), other, 2, 1)
     assert gain is not None and gain.gain is None and "same model, backend" in gain.skipped
+    assert gain.control_cell == "" and gain.control is None  # the other backend's numbers are not shown
 
 
 def test_aggregated_cells_and_cells_without_a_search_get_nothing() -> None:
