@@ -24,8 +24,9 @@ Lines (schema_version 1):
           stamps add (entered the scheduler), wait (started waiting for remote KV), kv_ready (the
           scheduler learnt the KV arrived), sched (first scheduled to compute) with sched_tokens
           (tokens that first step computed: 1 after a complete KV load, the whole prompt after a
-          recompute fallback), first (first output token), finish; kv_failed (the load failed and
-          the scheduler fell back to recompute), status finished | aborted | evicted
+          recompute fallback), first (first output token), finish, out (tokens it emitted);
+          kv_failed (the load failed and the scheduler fell back to recompute), status finished |
+          aborted | evicted
   read    one request's KV read on the decode side (NIXL pull): id, remote_id (the prefill's
           request id), engine (the remote engine id), start (first _read_blocks entered), posted
           (its transfers posted), done (the last handle seen complete), ok, blocks, reads, bytes and
@@ -193,7 +194,7 @@ class TimingRecorder:
                     entry["sched"] = now
                     entry["sched_tokens"] = int(scheduled[rid])
 
-    def on_output(self, scheduler: Any, runner_output: Any, result: Any) -> None:
+    def on_output(self, runner_output: Any, result: Any) -> None:
         now = _now()
         kv_out = getattr(runner_output, "kv_connector_output", None)
         for rid in getattr(kv_out, "failed_recving", None) or ():
@@ -207,12 +208,11 @@ class TimingRecorder:
                 entry = self.requests.get(rid)
                 if entry is None:
                     continue
-                if out.new_token_ids and "first" not in entry:
-                    entry["first"] = now
+                if out.new_token_ids:
+                    entry.setdefault("first", now)
+                    entry["out"] = entry.get("out", 0) + len(out.new_token_ids)
                 if out.finish_reason is not None:
-                    request = scheduler.requests.get(rid) if hasattr(scheduler, "requests") else None
                     entry["finish"] = now
-                    entry["out"] = int(getattr(request, "num_output_tokens", 0) or 0) if request else None
                     entry["status"] = "finished"
                     done.append(entry)
         for entry in done:
@@ -330,7 +330,7 @@ def _after(recorder: TimingRecorder, hook: str, method: str, original: Callable[
             elif method == "schedule":
                 recorder.on_schedule(result)
             elif method == "update_from_output":
-                recorder.on_output(self, _arg(args, kwargs, 1, "model_runner_output"), result)
+                recorder.on_output(_arg(args, kwargs, 1, "model_runner_output"), result)
             elif method == "_set_kv_fetch_stage":
                 recorder.on_stage(_arg(args, kwargs, 0, "request"), _arg(args, kwargs, 1, "stage"))
             elif method == "finish_requests":
