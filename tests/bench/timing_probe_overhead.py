@@ -2,7 +2,7 @@
 the unit tests' stand-ins with vLLM's names: the recorder's own work per engine step with 32 running
 requests, and per request (added, first scheduled, finished, its line written). Prints two numbers.
 
-    .venv/bin/python tests/bench/timing_probe_overhead.py
+    .venv/bin/python -m tests.bench.timing_probe_overhead
 """
 
 from __future__ import annotations
