@@ -59,7 +59,7 @@ def test_every_term_is_there_non_negative_and_sums_to_the_ttft(pd_deployment: De
         assert row.terms["prefill_compute"] > 0 and row.terms["first_decode_step"] > 0
         assert row.terms["kv_transfer"] > 0 and not row.recompute
         prov = row.provenance
-        assert prov["kv_ok"] and prov["kv_bytes"] > 0 and prov["kv_blocks"] >= PROMPT_TOKENS // 32, prov
+        assert prov["kv_ok"] and prov["kv_bytes"] > 0 and prov["kv_blocks"] >= 1, prov
         assert prov["prefill"].startswith("prefill http://") and prov["decode"].startswith("decode http://")
         assert prov["prefill_request"] != prov["decode_request"]
     metrics = found.metrics()
