@@ -32,7 +32,6 @@ kv_transfer = handover = 0 and its whole wait in decode_wait; `recompute` says w
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from canary.core import metric_keys as keys
-from canary.load.stats import Sample
+from canary.load.stats import Sample, percentile
 from canary.targets.base import Deployment, ServerInfo
 from canary.targets.engine_site.timing_probe import NIXL_BASE, NIXL_PULL, REQUIRED_HOOKS, SCHEDULER
 
@@ -274,16 +273,6 @@ def decompose(
     return Row(rid, ttft, {k: terms[k] for k in TERMS}, parts, provenance, recompute, problems)
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    pos = (len(ordered) - 1) * q
-    low = math.floor(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
 @dataclass
 class Decomposition:
     """A P/D cell's decomposition: rows, per-term statistics, or why there is none."""
@@ -304,7 +293,7 @@ class Decomposition:
         out: dict[str, dict[str, float]] = {}
         for term in TERMS:
             values = [r.terms[term] for r in good]
-            out[term] = {"p50": _pct(values, 0.5), "p90": _pct(values, 0.9), "mean": statistics.fmean(values)}
+            out[term] = {"p50": percentile(values, 50), "p90": percentile(values, 90), "mean": statistics.fmean(values)}
         return out
 
     def metrics(self) -> dict[str, float]:
@@ -319,7 +308,7 @@ class Decomposition:
             float(r.provenance["kv_bytes"]) for r in self.good if isinstance(r.provenance.get("kv_bytes"), int | float)
         ]
         if kv:
-            out[keys.PD_TIME_KV_BYTES_P50] = _pct(kv, 0.5)
+            out[keys.PD_TIME_KV_BYTES_P50] = percentile(kv, 50)
         return out
 
     def evidence(self) -> dict[str, Any]:
