@@ -63,11 +63,10 @@ def judge_fault(
                 detected = True
                 said = clock.first(f"  {cell.cell.id}: {check.name} -> ") if clock else None
                 when = said - run_started if said is not None else offset + cell.duration_s
-    if fault.expect_shift is not None and not detected:
+    if fault.expect_shift is not None:  # the number must move, whatever else fired
         detected, why = judge_shift(run, cells, fault)
-        reasons.append(why)
-        if detected:
-            when = max((c.started_at - run.started_at).total_seconds() + c.duration_s for c in cells)
+        reasons = [why + (f"; {fault.expect_check} also failed" if fault.expect_check in fired else "")]
+        when = max((c.started_at - run.started_at).total_seconds() + c.duration_s for c in cells) if detected else None
     if not detected and not reasons:
         seen = ", ".join(f"{c.cell.id}: {c.verdict}" for c in cells) or "no cell of the faulty image ran"
         reasons.append(f"{fault.expect_check} did not fail ({seen})")

@@ -52,8 +52,8 @@ class FaultSpec(FrozenModel):
     expect_shift: ShiftExpectation | None = Field(
         None,
         description="Instead of a failing check: the fault counts as shown when `expect_check`'s metric on the faulty "
-        "cell exceeds the same cell's on the clean baseline image by `min` (baseline_image must be true). For a "
-        "fault the canary can measure before any gate judges it.",
+        "cell exceeds the same cell's on the clean baseline image by `min` (baseline_image must be true), whether or "
+        "not the check also failed. For a fault the canary measures where no gate is its verdict yet.",
     )
     block_size: PositiveInt | None = Field(
         None, description="Run the fault's cells at this logical block size instead of the config's."

@@ -255,3 +255,24 @@ def test_a_shift_needs_the_clean_image(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match=r"faults\.0\.expect_shift"):
         load_faults(tmp_path / "faults.yaml")
+
+
+def test_a_shift_fault_needs_its_shift_even_when_its_check_failed() -> None:
+    fault = _fault("10-nixl-read-delay")
+    config = fault_config(load_config(DEFAULT_CONFIG), fault)
+    clean_cell, faulty_cell = plan(config).planned()[0], plan(config).planned()[-1]
+    clean = CheckResult(name="throughput", verdict="pass", metrics={"pd_time_kv_transfer_p50_s": 0.004})
+    slow = CheckResult(
+        name="throughput",
+        verdict="fail",
+        metrics={"pd_time_kv_transfer_p50_s": 0.005},
+        gates=[Gate(name="regression-requests_per_s", passed=False)],
+    )
+    cells = [
+        CellResult(cell=clean_cell, verdict="pass", checks=[clean], started_at=T0, duration_s=40),
+        CellResult(cell=faulty_cell, verdict="fail", checks=[slow], started_at=T0, duration_s=40),
+    ]
+    run = _run("x", cells).model_copy(update={"baseline_image": "baseline"})
+    detected, fired, _, detail, when = judge_fault(run, fault, faulty_cell.image, 0.0)
+    assert not detected and when is None and fired == ["throughput"]
+    assert "not shown" in detail and "throughput also failed" in detail
