@@ -52,6 +52,33 @@ def latency_key(kind: str, stat: str) -> str:
     return f"{kind}_{stat}_s"
 
 
+# --------------------------------------------------------------------------- throughput: where P/D time goes
+PD_TIME_TERMS: tuple[str, ...] = (
+    "router",
+    "prefill_queue",
+    "prefill_compute",
+    "decode_wait",
+    "kv_transfer",
+    "handover",
+    "first_decode_step",
+    "decode",
+)
+"""The terms of a P/D request's time, in order (canary/checks/throughput/pdtime.py): all but the last
+sum to the client's TTFT; `decode` is the rest of the request."""
+PD_TIME_STATS: tuple[str, ...] = ("p50", "p90")
+PD_TIME_REQUESTS = "pd_time_requests"
+"""Measured requests joined across client, prefill and decode without a problem."""
+PD_TIME_RECOMPUTED = "pd_time_recomputed_requests"
+"""Of those, requests decode computed the prompt for instead of reading its KV (recompute fallback)."""
+PD_TIME_KV_BYTES_P50 = "pd_time_kv_bytes_p50"
+"""Median KV bytes one request's read moved (NIXL telemetry); results.json and history only."""
+
+
+def pd_time_key(term: str, stat: str) -> str:
+    """A P/D time term's statistic: `pd_time_<term>_<stat>_s`."""
+    return f"pd_time_{term}_{stat}_s"
+
+
 # --------------------------------------------------------------------------- accuracy
 ACCURACY = "accuracy"
 ACCURACY_WILSON_LOW = "accuracy_wilson_low"

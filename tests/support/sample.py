@@ -34,6 +34,7 @@ import yaml
 from canary.checks.throughput.check import capacity_metrics, capacity_slo, capacity_summary
 from canary.config import CanaryConfig
 from canary.config.load import validate_config
+from canary.core.metric_keys import PD_TIME_RECOMPUTED, PD_TIME_REQUESTS, PD_TIME_TERMS, pd_time_key
 from canary.export.history.tracked import TRACKED
 from canary.judge.capacity_gain import judge_gain
 from canary.judge.expectations import apply_expectation
@@ -139,6 +140,26 @@ def _throughput(cell: Cell, rps: float, baseline_rps: float | None) -> CheckResu
         **{f"itl_{q}_s": tpot * f for q, f in (("p50", 0.95), ("p90", 1.5), ("p99", 3.2))},
         **{f"e2e_{q}_s": e2e * f for q, f in (("p50", 1.0), ("p90", 1.3), ("p99", 1.9))},
     }
+    evidence: dict[str, object] = {}
+    if cell.topology == "pd-nixl":  # where the TTFT goes (canary/checks/throughput/pdtime.py)
+        shares = dict(zip(PD_TIME_TERMS[:-1], (0.08, 0.05, 0.30, 0.10, 0.12, 0.15, 0.20), strict=True))
+        split = {**{t: ttft * f for t, f in shares.items()}, "decode": e2e - ttft}
+        for term, value in split.items():
+            metrics[pd_time_key(term, "p50")] = value
+            metrics[pd_time_key(term, "p90")] = value * 1.3
+        metrics.update({PD_TIME_REQUESTS: 40.0, PD_TIME_RECOMPUTED: 0.0})
+        evidence["pd_time"] = {
+            "available": True,
+            "terms": list(PD_TIME_TERMS),
+            "ttft_terms": list(PD_TIME_TERMS[:-1]),
+            "stats_ms": {t: {"p50": v * 1e3, "p90": v * 1.3e3, "mean": v * 1.05e3} for t, v in split.items()},
+            "requests": 40,
+            "joined": 40,
+            "recomputed": 0,
+            "problems": [],
+            "rows": [],
+            "rows_total": 40,
+        }
     gates = []
     verdict = "pass"
     if baseline_rps is not None:
@@ -158,7 +179,13 @@ def _throughput(cell: Cell, rps: float, baseline_rps: float | None) -> CheckResu
         )
     summary = f"{rps:.1f} req/s, {rps * 32:.0f} tok/s, TTFT p50 {ttft * 1000:.0f} ms"
     return CheckResult(
-        name="throughput", verdict=verdict, summary=summary, metrics=metrics, gates=gates, duration_s=9.8
+        name="throughput",
+        verdict=verdict,
+        summary=summary,
+        metrics=metrics,
+        gates=gates,
+        evidence=evidence,
+        duration_s=9.8,
     )
 
 

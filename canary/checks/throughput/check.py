@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from canary.checks.base import CheckContext, register
-from canary.checks.throughput import hostload
+from canary.checks.throughput import hostload, pdtime
 from canary.config import CapacityConfig, ThroughputCheckConfig
 from canary.core import metric_keys as keys
 from canary.judge.capacity_gain import EVIDENCE_KEY as GAIN_EVIDENCE_KEY
@@ -72,6 +73,9 @@ EXPORTED_KEYS: tuple[str, ...] = (
     *(keys.latency_key(kind, pct) for kind in LATENCIES for pct in keys.EXPORTED_PERCENTILES),
     *CAPACITY_KEYS,
     *GAIN_KEYS,
+    *(keys.pd_time_key(term, stat) for term in keys.PD_TIME_TERMS for stat in keys.PD_TIME_STATS),
+    keys.PD_TIME_REQUESTS,
+    keys.PD_TIME_RECOMPUTED,
 )
 """The numbers of this check the exporters read."""
 
@@ -95,6 +99,7 @@ def build_spec(cfg: ThroughputCheckConfig, deployment: Deployment, repeat: int =
         max_duration_s=float(cfg.max_duration_s),
         request_timeout_s=cfg.request_timeout_s,
         seed=cfg.seed + repeat,
+        request_id_prefix=f"tp{cfg.seed + repeat}-{uuid.uuid4().hex[:8]}",  # unique: engines see every repeat
         max_client_cpu_ratio=cfg.max_client_cpu_ratio,
         max_client_lag_p99_s=cfg.max_client_lag_p99_ms / 1e3,
         workers=cfg.workers,
@@ -414,6 +419,10 @@ def measure(ctx: CheckContext, prompts: tuple[list[int] | None, float, dict[str,
         evidence["runs"].append({**result.summary(), "metrics": result.metrics})
         foreign.append(hostload.foreign_load(before, after) if before and after else None)
     metrics = combine(runs)
+    decomposition = pdtime.decompose_deployment(ctx.deployment, [s for r in runs for s in r.samples])
+    if decomposition is not None:  # a P/D cell: where its requests' time went (informational, no gate)
+        metrics.update(decomposition.metrics())
+        evidence["pd_time"] = decomposition.evidence()
     host_problems = _host_problems(cfg, foreign, metrics, evidence)
     error_rate = metrics["error_rate"]
     error_gate = Gate(
@@ -459,10 +468,13 @@ def measure(ctx: CheckContext, prompts: tuple[list[int] | None, float, dict[str,
         elif baseline is not None:
             evidence["baseline_cell"] = f"{baseline.cell.id} (no passing throughput result: not compared)"
         verdict = gates_verdict(gates)  # the rule family control re-applies after the run
+    summary = _summary(verdict, metrics, gates)
+    if decomposition is not None and decomposition.unavailable is not None:
+        summary = f"{summary}; {decomposition.summary()}"
     return CheckResult(
         name="throughput",
         verdict=verdict,
-        summary=_summary(verdict, metrics, gates),
+        summary=summary,
         metrics=metrics,
         gates=gates,
         evidence=evidence,

@@ -1010,6 +1010,22 @@ def _capacity_panels() -> tuple[gts.Panel, gtable.Panel, gts.Panel, gtable.Panel
         hidden=(*HIDDEN_COLUMNS, "model", "kernel_block_size", "topology"),
     )
     return capacity_chart, capacity_table, gain_chart, gain_table
+def _pd_time_panel() -> gts.Panel:
+    """Where the slowest P/D cells' time goes, term by term (canary_pd_time_seconds), and how many of their
+    requests were joined and fell back to recompute."""
+    percentiles = selector('percentile=~"$percentile"', 'term!="decode"')
+    largest = top(f"{s.PD_TIME.name}{percentiles}")
+    same = f"{selector()} and on (job, scope, cell) {largest}"
+    return _timeseries(
+        "Where P/D time goes: TTFT by term",
+        f"The ${LIMIT_VAR} largest terms of P/D cells' TTFT (the percentile variable): {s.PD_TIME.help} Dashed "
+        f"(B), requests joined; C, of those decode recomputed instead of reading the KV. "
+        "Per-request rows: results.json, evidence.pd_time of the throughput check.",
+        U_SECONDS,
+        _query(largest, "{{cell}} {{term}} {{percentile}}"),
+        _query(f"{s.PD_TIME_REQUESTS.name}{same}", "{{cell}} joined", "B"),
+        _query(f"{s.PD_TIME_RECOMPUTED.name}{same}", "{{cell}} recomputed", "C"),
+    ).override_by_query("B", DASHED)
 
 
 def performance() -> gdash.Dashboard:
@@ -1116,6 +1132,7 @@ def performance() -> gdash.Dashboard:
         .with_panel(_latency_panel("tpot"))
         .with_panel(_latency_panel("itl"))
         .with_panel(_latency_panel("e2e"))
+        .with_panel(_pd_time_panel())
         .with_row(gdash.Row("GSM8K accuracy"))
         .with_panel(
             _timeseries(

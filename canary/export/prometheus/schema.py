@@ -26,7 +26,8 @@ image               image key of the config (``baseline``, ``patched``)
 ==================  ==========================================================================
 
 plus, where relevant: ``check`` (startup, parity, accuracy, throughput, kv_transfer, deploy),
-``verdict`` (one of the 8 verdicts), ``percentile`` (p50, p90, p99), ``risk`` (a risk flag of the
+``verdict`` (one of the 8 verdicts), ``percentile`` (p50, p90, p99), ``term`` (a term of
+``canary_pd_time_seconds``), ``risk`` (a risk flag of the
 planner) and ``failure_class`` (a name of the failure-signature catalog, ``unclassified``
 otherwise). Run metrics carry
 ``config``, ``platform``, ``target``, ``canary_version`` (``canary_run_info``) and
@@ -38,9 +39,9 @@ Cardinality
 -----------
 Bounded by the config, never by time: there is no run id, timestamp, URL or free text in any
 label (the parity metrics are per cell: no prompt text, length or fingerprint in any label). A run
-exposes at most ``SERIES_PER_CELL`` (90) series per cell plus ~15 run series: the CPU default
-(10 cells) < 920 series, a 500-cell GPU matrix < 46k (a cell has only its topology's share: P/D
-cells no drift series, aggregated cells no P/D fidelity series). Every push replaces the whole
+exposes at most ``SERIES_PER_CELL`` (108) series per cell plus ~15 run series: the CPU default
+(10 cells) < 1100 series, a 500-cell GPU matrix < 55k (a cell has only its topology's share: P/D
+cells no drift series, aggregated cells no P/D fidelity, P/D time or gain series). Every push replaces the whole
 group, so series of cells no longer in the matrix disappear with the next run. ``verdict`` and
 ``failure_class`` series exist only for the current value (one series per cell), so a change of
 verdict does not leave a second live series behind.
@@ -230,6 +231,22 @@ LATENCY: dict[str, MetricSpec] = {
         "e2e_latency_seconds", "End-to-end request latency under load, by percentile.", "seconds", "percentile"
     ),
 }
+PD_TIME = _cell(
+    "pd_time_seconds",
+    "Where a P/D cell's request time goes under load, by term (router, prefill_queue, prefill_compute, "
+    "decode_wait, kv_transfer, handover, first_decode_step: they sum to the TTFT; decode: the rest) and "
+    "percentile (p50, p90) over the measured requests (client, router and both engines joined per request).",
+    "seconds",
+    "term",
+    "percentile",
+)
+PD_TIME_REQUESTS = _cell(
+    "pd_time_requests", "Measured requests of a P/D cell joined across client, prefill and decode for pd_time."
+)
+PD_TIME_RECOMPUTED = _cell(
+    "pd_time_recomputed_requests",
+    "Of the joined requests of a P/D cell, those decode computed the prompt for instead of reading its KV.",
+)
 ACCURACY = _cell(
     "gsm8k_accuracy_ratio", "GSM8K exact-match accuracy (flexible extract) of the questions evaluated.", "ratio"
 )
@@ -443,6 +460,13 @@ CHECK_METRICS: tuple[CheckMetric, ...] = (
     CheckMetric(DISAGG_GAIN_LOW, "throughput", k.DISAGG_GAIN_LOW),
     CheckMetric(DISAGG_GAIN_HIGH, "throughput", k.DISAGG_GAIN_HIGH),
     CheckMetric(DISAGG_ENGINE_SCALE, "throughput", k.DISAGG_ENGINE_SCALE),
+    *(
+        CheckMetric(PD_TIME, "throughput", k.pd_time_key(term, stat), (("term", term), ("percentile", stat)))
+        for term in k.PD_TIME_TERMS
+        for stat in k.PD_TIME_STATS
+    ),
+    CheckMetric(PD_TIME_REQUESTS, "throughput", k.PD_TIME_REQUESTS),
+    CheckMetric(PD_TIME_RECOMPUTED, "throughput", k.PD_TIME_RECOMPUTED),
     CheckMetric(ACCURACY, "accuracy", k.ACCURACY),
     CheckMetric(ACCURACY_LOW, "accuracy", k.ACCURACY_WILSON_LOW),
     CheckMetric(ACCURACY_HIGH, "accuracy", k.ACCURACY_WILSON_HIGH),

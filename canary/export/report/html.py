@@ -50,6 +50,7 @@ from canary.export.report.grid import (
     sections,
 )
 from canary.export.report.outcome import attempts_line, headline, not_passing, status_word, why
+from canary.export.report.pdtime import pd_time_section
 from canary.export.report.requests import METRICS, PERCENTILES, Requests, load_requests
 from canary.export.report.trends import (
     KEY_METRICS,
@@ -299,6 +300,11 @@ def _throughput_chart(run: RunResult) -> str:
             )
         )
     return hbar_chart("Output tokens per second", bars, "tok/s")
+
+
+def _pd_time(run: RunResult) -> str:
+    body = pd_time_section(run)
+    return f"<h2 id='pd-time'>Where P/D time goes</h2>{body}" if body else ""
 
 
 def _accuracy_chart(run: RunResult) -> str:
@@ -561,6 +567,7 @@ def render(
 <h2>Latency under load</h2>{_data_legend()}{_latency_charts(run)}{_distributions(run, requests)}
 <h2>Throughput</h2>{_throughput_chart(run)}
 {capacity_section(run, {r.cell.id: _image_color(run, r) for r in run.cells})}
+{_pd_time(run)}
 <h2>GSM8K accuracy</h2>{_accuracy_chart(run)}
 <h2>Cell details</h2>{_details(run, trends, requests)}
 </body></html>

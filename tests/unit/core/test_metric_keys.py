@@ -35,6 +35,7 @@ from canary.checks.parity.prompts import ParityPrompt
 from canary.checks.parity.reference import CACHE_BATCH_ARM, FORCED_NULL_ARM, Reference, judge_evidence
 from canary.checks.startup.check import _ready_metrics
 from canary.checks.throughput.check import add_capacity, add_gain, combine
+from canary.checks.throughput.pdtime import engine_side, join, parse_file
 from canary.config import AccuracyCheckConfig, ParityCheckConfig
 from canary.core import metric_keys as k
 from canary.core.promtext import parse
@@ -46,6 +47,7 @@ from canary.load.stats import ClientHealth, Sample
 from canary.load.workload import WorkloadSpec
 from canary.plan.matrix import plan
 from canary.targets.base import Deployment, ServerInfo
+from tests.support.pd_records import Engine, add_request
 from tests.support.sample import SyntheticServer, sample_config
 
 DECODE_METRICS = """\
@@ -105,7 +107,18 @@ def _throughput() -> set[str]:
             "processes": 1,
         }
         runs.append(analyze(spec, raw))
-    return set(combine(runs))
+    return set(combine(runs)) | _pd_time()
+
+
+def _pd_time() -> set[str]:
+    """The P/D time decomposition's numbers (a P/D cell's throughput check adds them)."""
+    prefill, decode = Engine(pid=11, mono_base=1000.0), Engine(pid=12, mono_base=5000.0)
+    samples = [add_request(prefill, decode, f"run-{i}", 100.0 + i) for i in range(5)]
+    sides = [
+        engine_side(role, role, [parse_file(Path(role), e.text_lines())])
+        for role, e in (("prefill", prefill), ("decode", decode))
+    ]
+    return set(join(samples, sides[0], sides[1]).metrics())
 
 
 def _capacity(work_dir: Path) -> set[str]:
