@@ -31,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-from canary.checks.throughput.check import capacity_metrics, capacity_slo, capacity_summary
+from canary.checks.throughput.check import capacity_metrics, capacity_slo, capacity_summary, search_settings
 from canary.config import CanaryConfig
 from canary.config.load import validate_config
 from canary.core.metric_keys import PD_TIME_RECOMPUTED, PD_TIME_REQUESTS, PD_TIME_TERMS, pd_time_key
@@ -39,7 +39,7 @@ from canary.export.history.tracked import TRACKED
 from canary.judge.capacity_gain import judge_gain
 from canary.judge.expectations import apply_expectation
 from canary.judge.results import CellCoverage, CellResult, CheckResult, Gate, RunResult
-from canary.load.capacity import PROBE_OVERHEAD_S, RateResult, SearchSettings, search_capacity
+from canary.load.capacity import PROBE_OVERHEAD_S, RateResult, search_capacity
 from canary.plan.cell import Cell
 from canary.plan.matrix import plan
 
@@ -238,16 +238,7 @@ class SyntheticServer:
 def capacity(check: CheckResult, server: SyntheticServer) -> CheckResult:
     """The throughput check with the capacity search the check runs when checks.throughput.capacity is on."""
     cap = sample_config().checks.throughput.capacity
-    settings = SearchSettings(
-        start_rate=cap.start_rate,
-        growth=cap.growth,
-        min_rate=min(0.05, cap.start_rate),
-        max_rate=cap.max_rate,
-        precision=cap.precision,
-        budget_requests=cap.budget_requests,
-        budget_s=cap.budget_s,
-        max_probes=cap.max_probes,
-    )
+    settings = search_settings(cap)
     found = search_capacity(server, capacity_slo(cap), settings, expected_seconds=server.expected_seconds)
     return check.model_copy(
         update={

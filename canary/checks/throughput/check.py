@@ -314,6 +314,20 @@ def capacity_slo(cfg: CapacityConfig) -> CapacitySlo:
     )
 
 
+def search_settings(cap: CapacityConfig) -> SearchSettings:
+    """The capacity search's settings from checks.throughput.capacity."""
+    return SearchSettings(
+        start_rate=cap.start_rate,
+        growth=cap.growth,
+        min_rate=min(0.05, cap.start_rate),
+        max_rate=cap.max_rate,
+        precision=cap.precision,
+        budget_requests=cap.budget_requests,
+        budget_s=cap.budget_s,
+        max_probes=cap.max_probes,
+    )
+
+
 def add_capacity(
     ctx: CheckContext,
     prompts: tuple[list[int] | None, float, dict[str, Any]],
@@ -337,16 +351,7 @@ def add_capacity(
     measure = measure_factory(
         base=base, work_dir=ctx.cell_dir / "throughput" / "capacity", slo=slo, seconds_per_probe=cap.seconds_per_probe
     )
-    settings = SearchSettings(
-        start_rate=cap.start_rate,
-        growth=cap.growth,
-        min_rate=min(0.05, cap.start_rate),
-        max_rate=cap.max_rate,
-        precision=cap.precision,
-        budget_requests=cap.budget_requests,
-        budget_s=cap.budget_s,
-        max_probes=cap.max_probes,
-    )
+    settings = search_settings(cap)
     expected = getattr(measure, "expected_seconds", None)
     found = search_capacity(measure, slo, settings, expected_seconds=expected)
     result.metrics.update(capacity_metrics(found))
