@@ -114,7 +114,8 @@ base-image: $(IMAGE_TOOLS) ## Debian base image from packages (mmdebstrap; cache
 # core): on a fresh 2-core machine they took 332 s one after another. Under buildah the Debian base they
 # may fall back to is built (or found) first, so two builds never race to build it (not with BASE_SOURCE=pull).
 images-cpu: $(IMAGE_TOOLS) venv ## the controller, router and CPU engine images (cached; what tests/images runs)
-	@$(if $(filter docker,$(CONTAINER_ENGINE))$(filter pull,$(BASE_SOURCE)),,$(BUILD_IMAGE) base --ref $(BASE_IMAGE_REF) | sed '/: cached (/d')
+	@if [ "$(CONTAINER_ENGINE)" != docker ] && [ "$(BASE_SOURCE)" != pull ]; then \
+	  $(BUILD_IMAGE) base --ref $(BASE_IMAGE_REF) | { grep -v ': cached (' || true; }; fi
 	@$(MAKE) --no-print-directory -j3 image-canary image-router image-cpu-engine
 
 image-canary: $(IMAGE_TOOLS) ## the controller image ($(CANARY_IMAGE))
