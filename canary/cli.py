@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -433,9 +434,25 @@ COMMANDS["catalog"] = catalog_check.cmd_catalog
 COMMANDS["bisect"] = bisect_cli.cmd_bisect
 
 
+LONG_RUNNING = frozenset({"run", "bisect"})
+"""Commands that start engines and run for minutes: a SIGINT must stop them (and their teardown run)."""
+
+
+def honour_sigint() -> None:
+    """Make SIGINT raise KeyboardInterrupt even where the parent started us with it ignored.
+
+    A non-interactive shell starts a background job (`canary run ... &`) with SIGINT ignored, and
+    Python then installs no handler: `kill -INT` (a script's or a supervisor's stop) did nothing.
+    A long run that is asked to stop should stop, tearing down what it started (exit 130)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     args = build_parser().parse_args(argv)
+    if args.command in LONG_RUNNING:
+        honour_sigint()
     console = Console(stderr=False, width=None if sys.stdout.isatty() else 220)
     try:
         return COMMANDS[args.command](args, console)

@@ -271,6 +271,13 @@ class ContainerTargetConfig(Strict):
         default_factory=list, description="Extra arguments of every `run` (e.g. --ipc=host, --shm-size=16g)."
     )
     stop_timeout_s: PositiveInt = Field(15, description="Seconds a container gets between SIGTERM and SIGKILL.")
+    compile_cache: bool = Field(
+        True,
+        description="Mount a host folder per image (under the canary's cache, `container-home/<image id>`) as each "
+        "engine's HOME, XDG, vLLM and TorchInductor cache, so what an engine compiles at start (TorchInductor's C++ "
+        "kernels, vLLM's compile cache) is reused by the next container of the same image instead of compiled "
+        "again. false: every container starts with an empty cache.",
+    )
 
 
 class TargetConfig(Strict):

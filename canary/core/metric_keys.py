@@ -27,6 +27,27 @@ PAIRED_RATIO_LOW = "paired_ratio_low"
 PAIRED_RATIO_HIGH = "paired_ratio_high"
 """High end of the paired ratio's interval (regress when < 1 - margin)."""
 
+# The SLO capacity search (checks.throughput.capacity, canary/load/capacity.py); only when it ran. An
+# estimate or an interval end the search could not establish is left out (never 0).
+CAPACITY_REQUESTS_PER_S = "capacity_requests_per_s"
+"""The highest offered rate at which the SLO held (below every rate at which it did not)."""
+CAPACITY_LOW_REQUESTS_PER_S = "capacity_low_requests_per_s"
+"""The confident interval's lower end: the highest rate whose attainment's Wilson lower bound passed."""
+CAPACITY_HIGH_REQUESTS_PER_S = "capacity_high_requests_per_s"
+"""The confident interval's upper end: the lowest rate above it that confidently failed (or over-saturated)."""
+CAPACITY_REQUESTS_USED = "capacity_requests_used"
+"""Requests the search sent over all its probes: present whenever the search ran."""
+CAPACITY_SECONDS_USED = "capacity_seconds_used"
+"""Wall seconds of all the search's probes."""
+
+# The disaggregation gain of a P/D cell (canary/judge/capacity_gain.py): its capacity over its
+# aggregated control's scaled linearly to the pair's engine count. Unitless multiples (1: no gain).
+DISAGG_GAIN = "disagg_gain"
+DISAGG_GAIN_LOW = "disagg_gain_low"
+DISAGG_GAIN_HIGH = "disagg_gain_high"
+DISAGG_ENGINE_SCALE = "disagg_engine_scale"
+"""The factor the control's capacity was multiplied by: the pair's engines (x tensor parallel) over the control's."""
+
 
 EXPORTED_PERCENTILES: tuple[str, ...] = ("p50", "p90", "p99")
 """The latency statistics the exporters read (a `percentile` label value and the key's stat)."""
@@ -35,6 +56,33 @@ EXPORTED_PERCENTILES: tuple[str, ...] = ("p50", "p90", "p99")
 def latency_key(kind: str, stat: str) -> str:
     """A latency statistic: `<kind>_<stat>_s`, kind ttft/tpot/itl/e2e, stat mean/p50/p90/p99."""
     return f"{kind}_{stat}_s"
+
+
+# --------------------------------------------------------------------------- throughput: where P/D time goes
+PD_TIME_TERMS: tuple[str, ...] = (
+    "router",
+    "prefill_queue",
+    "prefill_compute",
+    "decode_wait",
+    "kv_transfer",
+    "handover",
+    "first_decode_step",
+    "decode",
+)
+"""The terms of a P/D request's time, in order (canary/checks/throughput/pdtime.py): all but the last
+sum to the client's TTFT; `decode` is the rest of the request."""
+PD_TIME_STATS: tuple[str, ...] = ("p50", "p90")
+PD_TIME_REQUESTS = "pd_time_requests"
+"""Measured requests joined across client, prefill and decode without a problem."""
+PD_TIME_RECOMPUTED = "pd_time_recomputed_requests"
+"""Of those, requests decode computed the prompt for instead of reading its KV (recompute fallback)."""
+PD_TIME_KV_BYTES_P50 = "pd_time_kv_bytes_p50"
+"""Median KV bytes one request's read moved (NIXL telemetry); results.json and history only."""
+
+
+def pd_time_key(term: str, stat: str) -> str:
+    """A P/D time term's statistic: `pd_time_<term>_<stat>_s`."""
+    return f"pd_time_{term}_{stat}_s"
 
 
 # --------------------------------------------------------------------------- accuracy

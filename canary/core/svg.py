@@ -453,3 +453,56 @@ def scatter(
     out += [f"<circle cx='{x(px):.1f}' cy='{y(py):.1f}' r='2' fill='{color}'/>" for px, py in points]
     out.append("</svg>")
     return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One part of a stacked bar: what it is (its legend name), how long, its colour."""
+
+    name: str
+    value: float
+    color: str
+
+
+@dataclass(frozen=True)
+class StackedBar:
+    """One row of a stacked horizontal bar chart: parts left to right, drawn in order."""
+
+    label: str
+    segments: tuple[Segment, ...]
+    tooltip: str = ""
+
+
+def stacked_hbar_chart(title: str, bars: list[StackedBar], unit: str, *, width: int = 720) -> str:
+    """Horizontal bars made of segments laid end to end (each with its own tooltip); the axis runs to the
+    longest bar. Negative parts are drawn as nothing (a caller reports them)."""
+    row_h, top, bottom = 22, 28, 28
+    label_width = int(min(max((text_px(b.label) for b in bars), default=60.0), MAX_LABEL_PX)) + 12
+    width = max(width, int(text_px(title)) + 12, label_width + 260)
+    height = top + bottom + row_h * max(len(bars), 1)
+    totals = [sum(max(s.value, 0.0) for s in b.segments) for b in bars]
+    frame = _row_frame(
+        title, unit, width=width, height=height, top=top, bottom=bottom, label_width=label_width,
+        axis_max=max(totals, default=0.0), hatched=False, empty=not bars,
+    )  # fmt: skip
+    out = frame.lines
+    for index, bar in enumerate(bars):
+        y = top + index * row_h
+        label = fit(bar.label, label_width - 10, keep_end=True)
+        tip = escape(bar.tooltip or f"{bar.label}: {_fmt(totals[index])} {unit}")
+        out.append(
+            f"<g><title>{tip}</title><text x='{label_width - 6}' y='{y + row_h / 2 + 4:.1f}' "
+            f"text-anchor='end'>{escape(label)}</text></g>"
+        )
+        start = 0.0
+        for segment in bar.segments:
+            value = max(segment.value, 0.0)
+            x1, x2 = frame.x(start), frame.x(start + value)
+            start += value
+            out.append(
+                f"<g><title>{escape(f'{bar.label} {segment.name}: {_fmt(segment.value)} {unit}')}</title>"
+                f"<rect x='{x1:.1f}' y='{y + 3}' width='{max(x2 - x1, 0.0):.1f}' height='{row_h - 6}' "
+                f"fill='{segment.color}'/></g>"
+            )
+    out.append("</svg>")
+    return "\n".join(out)

@@ -36,7 +36,6 @@ class RequestSource:
     ignore_eos: bool
     deadline_s: float
     worker: int = 0
-    request_id_prefix: str = "canary"
     samples: list[Sample] = field(default_factory=list)
     all_done: Event = field(default_factory=Event)
     next_index: int = 0
@@ -133,7 +132,7 @@ def stream_request(
     The send time is taken just before the request goes out; `intended_perf` is its scheduled time
     (None: closed loop), `slot_wait_s` how long an open-loop dispatcher waited for a free slot.
     """
-    request_id = f"{source.request_id_prefix}-{source.worker}-{planned.index}"
+    request_id = planned.request_id
     headers = {
         "Content-Type": "application/json",
         "Accept": "text/event-stream",

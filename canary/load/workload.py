@@ -104,6 +104,16 @@ class WorkloadSpec(BaseModel):
     )
     lag_probe_interval_s: float = Field(0.01, gt=0, description="How often the loop-lag probe wakes up.")
     workers: int = Field(0, ge=0, description="0: one process; N: locust master + N local worker processes.")
+    request_id_prefix: str = Field(
+        "canary",
+        pattern=r"^[A-Za-z0-9._-]{1,40}$",
+        description="Request ids are <prefix>-<index>: sent as X-Request-Id and, with tag_requests, in the body.",
+    )
+    tag_requests: bool = Field(
+        True,
+        description="Also send the request id in the body as vllm_xargs.canary_request_id: the P/D router "
+        "replaces X-Request-Id with its own but forwards the body, so both engines' timing records carry it.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadSpec:
@@ -133,6 +143,7 @@ class PlannedRequest:
     """One request of the plan, body already serialized (no JSON work while timing)."""
 
     index: int
+    request_id: str
     warmup: bool
     prompt_tokens: int
     max_tokens: int
@@ -158,7 +169,19 @@ def text_prompt(tokens: int, words_per_token: float, rng: random.Random) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(count))
 
 
-def request_body(spec: WorkloadSpec, prompt: list[int] | str, max_tokens: int) -> dict[str, Any]:
+CLIENT_ID_KEY = "canary_request_id"
+"""The key of the request id in the body's vllm_xargs (the engines' timing recorder reads it:
+canary/targets/engine_site/timing_probe.py CLIENT_ID_KEY)."""
+
+
+def request_id(spec: WorkloadSpec, index: int) -> str:
+    """The id of planned request `index`."""
+    return f"{spec.request_id_prefix}-{index}"
+
+
+def request_body(
+    spec: WorkloadSpec, prompt: list[int] | str, max_tokens: int, rid: str | None = None
+) -> dict[str, Any]:
     """The JSON body of one streaming request."""
     body: dict[str, Any] = {"model": spec.model}
     if spec.endpoint == "chat":
@@ -173,6 +196,8 @@ def request_body(spec: WorkloadSpec, prompt: list[int] | str, max_tokens: int) -
     )
     if spec.ignore_eos:
         body["ignore_eos"] = True
+    if spec.tag_requests and rid is not None:
+        body["vllm_xargs"] = {CLIENT_ID_KEY: rid}
     body.update(spec.extra_body)
     return body
 
@@ -196,10 +221,12 @@ def build_plan(spec: WorkloadSpec) -> list[PlannedRequest]:
             prompt = [rng.choice(spec.token_pool) for _ in range(prompt_lengths[index])]
         else:
             prompt = text_prompt(prompt_lengths[index], spec.words_per_token, rng)
-        body = request_body(spec, prompt, output_lengths[index])
+        rid = request_id(spec, index)
+        body = request_body(spec, prompt, output_lengths[index], rid)
         plan.append(
             PlannedRequest(
                 index=index,
+                request_id=rid,
                 warmup=index < spec.warmup_requests,
                 prompt_tokens=prompt_lengths[index],
                 max_tokens=output_lengths[index],

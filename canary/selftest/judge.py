@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from canary.judge.results import FAILING_VERDICTS, RunResult
+from canary.judge.results import FAILING_VERDICTS, CellResult, CheckResult, RunResult
 from canary.selftest.model import FaultSpec
 
 
@@ -63,10 +63,44 @@ def judge_fault(
                 detected = True
                 said = clock.first(f"  {cell.cell.id}: {check.name} -> ") if clock else None
                 when = said - run_started if said is not None else offset + cell.duration_s
+    if fault.expect_shift is not None:  # the number must move, whatever else fired
+        detected, why = judge_shift(run, cells, fault)
+        reasons = [why + (f"; {fault.expect_check} also failed" if fault.expect_check in fired else "")]
+        when = max((c.started_at - run.started_at).total_seconds() + c.duration_s for c in cells) if detected else None
     if not detected and not reasons:
         seen = ", ".join(f"{c.cell.id}: {c.verdict}" for c in cells) or "no cell of the faulty image ran"
         reasons.append(f"{fault.expect_check} did not fail ({seen})")
     return detected, fired, errors, "; ".join(reasons), round(when, 1) if when is not None else None
+
+
+def judge_shift(run: RunResult, cells: list[CellResult], fault: FaultSpec) -> tuple[bool, str]:
+    """Whether the fault moved its expect_shift metric against the same cell on the clean baseline image."""
+    shift = fault.expect_shift
+    assert shift is not None
+    found: list[str] = []
+    for cell in cells:
+        want = {**cell.cell.axis_values(), "image": run.baseline_image}
+        base = next((c for c in run.cells if c.cell.axis_values() == want), None)
+        mine, theirs = cell.check(fault.expect_check), base.check(fault.expect_check) if base else None
+        if mine is None or theirs is None:
+            found.append(f"{cell.cell.id}: no {fault.expect_check} result on both images")
+            continue
+
+        def delta(key: str, a: CheckResult = mine, b: CheckResult = theirs) -> float | None:
+            x, y = a.metrics.get(key), b.metrics.get(key)
+            return None if x is None or y is None else x - y
+
+        moved = delta(shift.metric)
+        others = ", ".join(f"{k} {_signed(delta(k))}" for k in shift.compare)
+        words = f"{shift.metric} {_signed(moved)} vs the clean image" + (f" ({others})" if others else "")
+        if moved is not None and moved >= shift.min:
+            return True, f"{cell.cell.id}: shown: {words}"
+        found.append(f"{cell.cell.id}: not shown (needs +{shift.min:g}): {words}")
+    return False, "; ".join(found) or "no cell of the faulty image ran"
+
+
+def _signed(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.4g}"
 
 
 def _matches_expectation(evidence: dict[str, object], failed_gates: list[str], fault: FaultSpec) -> tuple[bool, str]:

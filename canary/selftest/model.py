@@ -21,6 +21,18 @@ FAULTS_FILE = REPO_ROOT / "tests" / "faults" / "faults.yaml"
 DEFAULT_CLEAN_RUNS = 3
 
 
+class ShiftExpectation(FrozenModel):
+    """A number the fault must move, seen against the clean image in the same run (no gate judges it yet)."""
+
+    metric: str = Field(min_length=1, description="A CheckResult.metrics key of `expect_check`.")
+    min: float = Field(gt=0, description="The faulty cell's value must exceed the baseline cell's by at least this.")
+    compare: list[str] = Field(
+        default_factory=list,
+        description="Other keys of the same check whose change is reported beside it (the terms the fault must "
+        "leave alone: the detail shows each shift, so a fault that moves them too is plain to see).",
+    )
+
+
 class FaultSpec(FrozenModel):
     """One seeded fault and the check that must catch it."""
 
@@ -37,6 +49,12 @@ class FaultSpec(FrozenModel):
     topologies: list[Topology] = Field(min_length=1, description="Cells the fault's run deploys.")
     checks: list[CheckName] | None = Field(None, description="Checks that run (startup always); unset: all.")
     baseline_image: bool = Field(False, description="Also deploy the clean image as the baseline to compare with.")
+    expect_shift: ShiftExpectation | None = Field(
+        None,
+        description="Instead of a failing check: the fault counts as shown when `expect_check`'s metric on the faulty "
+        "cell exceeds the same cell's on the clean baseline image by `min` (baseline_image must be true), whether or "
+        "not the check also failed. For a fault the canary measures where no gate is its verdict yet.",
+    )
     block_size: PositiveInt | None = Field(
         None, description="Run the fault's cells at this logical block size instead of the config's."
     )
@@ -104,6 +122,9 @@ def load_faults(path: Path = FAULTS_FILE) -> FaultCatalog:
     ids = [f.id for f in catalog.faults]
     if len(set(ids)) != len(ids):
         raise ConfigError(str(path), "faults", f"duplicate fault ids in {ids}")
+    for index, fault in enumerate(catalog.faults):
+        if fault.expect_shift is not None and not fault.baseline_image:
+            raise ConfigError(str(path), f"faults.{index}.expect_shift", "needs baseline_image: true (the clean cell)")
     for index, fault in enumerate(catalog.faults):
         if not fault.series_path(path).is_file():
             raise ConfigError(str(path), f"faults.{index}.series", f"{fault.series_path(path)} does not exist")

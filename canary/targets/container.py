@@ -59,6 +59,9 @@ MODEL_MOUNT = "/models"
 SITE_MOUNT = "/opt/vllm-canary/engine_site"
 LAYOUT_MOUNT = "/opt/vllm-canary/layout"
 CACHE_MOUNT = "/tmp/vllm-canary-cache"
+"""The engine's HOME and caches inside its container (a host folder per image when compile_cache is on)."""
+HOME_CACHE_DIR = "container-home"
+"""Under the canary's cache folder: one compile cache per image id (target.container.compile_cache)."""
 HF_MOUNT = "/opt/vllm-canary/hf-home"
 HOST_ONLY_ENV = ("PATH", "HOME", "XDG_CACHE_HOME", "VLLM_CACHE_ROOT", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 """Engine env entries that name host facts: the image's own values (or container paths) replace them. An
@@ -258,6 +261,8 @@ class ContainerTarget(LocalTarget):
             if "HF_HOME" in plan.env:
                 mounts += ["-v", f"{plan.env['HF_HOME']}:{HF_MOUNT}"]
             if plan.is_engine:
+                if self.container.compile_cache:
+                    mounts += ["-v", f"{self.home_cache(cell.image_for(plan.role), image)}:{CACHE_MOUNT}"]
                 if model_host.is_absolute():
                     mounts += ["-v", f"{model_host}:{model_in}:ro"]
                 if LAYOUT_DIR_ENV in plan.env:
@@ -295,6 +300,12 @@ class ContainerTarget(LocalTarget):
             out.append((run, name))
         return out
 
+    def home_cache(self, image_key: str, image: str) -> Path:
+        """The host folder an image's engines keep HOME and their compile caches in: keyed by the image's id
+        (digest) once resolved, else by its reference (a dry run), so two images never share compiled code."""
+        identity = self._digests.get(image_key) or image
+        return self.cache_dir / HOME_CACHE_DIR / hashlib.sha256(identity.encode()).hexdigest()[:16]
+
     def cli_argv_prefix(self) -> list[str]:
         """The CLI program (a placeholder where none is installed, for a dry run)."""
         try:
@@ -322,6 +333,7 @@ class ContainerTarget(LocalTarget):
         out = {k: v for k, v in env.items() if k not in HOST_ONLY_ENV}
         out["HOME"] = CACHE_MOUNT
         out["XDG_CACHE_HOME"] = f"{CACHE_MOUNT}/xdg"
+        out["TORCHINDUCTOR_CACHE_DIR"] = f"{CACHE_MOUNT}/inductor"
         if "VLLM_CACHE_ROOT" in env:
             out["VLLM_CACHE_ROOT"] = f"{CACHE_MOUNT}/vllm"
         if LAYOUT_DIR_ENV in env:
@@ -381,6 +393,11 @@ class ContainerTarget(LocalTarget):
                 layout = Path(plan.env[LAYOUT_DIR_ENV])
                 layout.mkdir(parents=True, exist_ok=True)
                 layout.chmod(0o777)
+        if self.container.compile_cache:  # and its HOME with the compile caches (kept across cells and runs)
+            for key, ref in images.items():
+                home = self.home_cache(key, ref)
+                home.mkdir(parents=True, exist_ok=True)
+                home.chmod(0o777)
         plans = self.container_plans(cell, local, model_path, images)
         layouts = {p.role: Path(p.env[LAYOUT_DIR_ENV]) for p in local if LAYOUT_DIR_ENV in p.env}
         deployment = Deployment(cell=cell, base_url="", served_model=cell.model)

@@ -301,6 +301,8 @@ def test_throughput_check_through_pd_router(pd_deployment: Deployment, tmp_path:
     assert result.verdict == "pass" or result.metrics["client_valid"] == 0.0
     assert result.evidence["endpoint"] == pd_deployment.base_url  # the router, not a server behind it
     _assert_exact_counts(tmp_path, 64, 32)
+    split = result.evidence["pd_time"]  # where its time went (tests/integration/test_pd_time.py checks the terms)
+    assert split["available"] and split["joined"] == split["requests"] > 0, split.get("problems") or split.get("why")
 
 
 def test_a_busy_machine_makes_the_measurement_invalid(scripted: ScriptedServer, tmp_path: Path) -> None:

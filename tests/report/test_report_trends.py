@@ -19,6 +19,7 @@ from canary.export.history import plot
 from canary.export.history.rows import flatten
 from canary.export.history.store import open_store
 from canary.export.report import html, markdown, write_all
+from canary.export.report.capacity import searches
 from canary.export.report.grid import anchor
 from canary.export.report.outcome import headline, not_passing
 from canary.export.report.trends import NO_PREVIOUS, Trends, load_trends, read_trends
@@ -91,9 +92,14 @@ def test_every_grid_and_table_link_lands_on_a_cell(history: tuple[RunResult, Tre
     links = re.findall(r"href='#([^']+)'", page)
     assert {anchor(c.cell.id) for c in run.cells} <= ids
     # grid, cells table and changes table link each cell, the banner each cell that did not pass and
-    # each that failed as expected
+    # each that failed as expected, the capacity section each cell it did not search
     expected = [c for c in run.cells if c.verdict == "expected-fail"]
-    assert len(links) == 3 * len(run.cells) + len(not_passing(run)) + len(expected) == 3 * 16 + 5 + 4
+    unsearched = [x for x in searches(run) if x.skipped]
+    assert (
+        len(links)
+        == 3 * len(run.cells) + len(not_passing(run)) + len(expected) + len(unsearched)
+        == 3 * 16 + 5 + 4 + 1
+    )
     assert set(links) <= ids
     heatmaps = [svg for svg in _svgs(page) if "<a href='#cell-" in svg]
     assert len(heatmaps) == 4

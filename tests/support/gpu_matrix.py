@@ -12,7 +12,10 @@ Every outcome a dashboard panel or an alert rule exists for occurs, at determini
 - aggregated FLASHINFER fp8 controls on the candidate image drift from the baseline (CanaryImageDrift);
 - FLASH_ATTN block 16 fails at startup as the config expects (expected-fail), aggregated
   FLEX_ATTENTION b16 v2 on the baseline passes although expected to fail (unexpected-pass);
-- every 17th cell's load client is CPU-starved (invalid), every 41st cell's load test crashes (error).
+- every 17th cell's load client is CPU-starved (invalid), every 41st cell's load test crashes (error);
+- the KV-cache dtype auto, runner v1 cells also ran the SLO capacity search (tests.support.sample.capacity),
+  and their P/D cells have a disaggregation gain over their aggregated control (the candidate's
+  p128-d128 pairs, without KV transfer, hold the SLO at no rate: no estimate, no gain).
 The verdicts of the cells are the worst of their checks (or the expectation's), as the judge makes them.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 
+from canary.judge.capacity_gain import judge_gain
 from canary.judge.results import CellCoverage, CellResult, CheckResult, RunResult
 from canary.judge.verdicts import worst
 from canary.plan.cell import RISK_PD_BLOCK_MISMATCH, Cell
@@ -129,7 +133,11 @@ def _checks(cell: Cell, index: int, baseline_tps: dict[tuple[str, ...], float]) 
         checks.append(sample._crashed_load_test())
     else:
         base = baseline_tps.get(coordinates)
-        checks.append(sample._throughput(cell, rps, base / 32 if candidate and base else None))
+        throughput = sample._throughput(cell, rps, base / 32 if candidate and base else None)
+        if cell.kv_cache_dtype == "auto" and cell.runner == "v1":
+            no_transfer = pd and candidate and cell.prefill_block_size == 128 and cell.decode_block_size == 128
+            throughput = sample.capacity(throughput, sample.capacity_server(cell, rps, no_transfer))
+        checks.append(throughput)
     if not candidate:
         baseline_tps[coordinates] = rps * 32
     if pd:
@@ -151,6 +159,9 @@ def gpu_matrix_run(finished_at: dt.datetime | None = None, run_id: str | None = 
     clock = started
     for index, cell in enumerate(gpu_cells()):
         checks, verdict = _checks(cell, index, baseline_tps)
+        throughput = next((c for c in checks if c.name == "throughput"), None)
+        if throughput is not None and cell.topology == "pd-nixl":
+            judge_gain(cell, throughput, sample.control(cell, cells), 2, 1)
         duration = sum(c.duration_s for c in checks) + 8.0
         cells.append(
             CellResult(

@@ -12,6 +12,13 @@ pd p32-d64 on the baseline loses greedy parity and GSM8K accuracy; the candidate
 b32 cell is 45% slower than the baseline's; the candidate's pd p128-d128 decodes without any KV
 transfer (decode recomputed the prefill); the candidate's pd p32-d32 load test crashes (error);
 FLASH_ATTN is unsupported on CPU.
+
+Capacity (checks.throughput.capacity on): every cell whose load test ran also ran the SLO capacity
+search (canary.load.capacity.search_capacity, the real search) against a synthetic server
+(`SyntheticServer`: a queue whose TTFT grows as 1 / (1 - load)), so evidence.capacity has exactly the
+shape the check writes. The candidate's pd p128-d128 (decode recomputes every prefill: TTFT far
+above the SLO) holds the SLO at no rate, so neither it nor its disaggregation gain has an estimate;
+every other P/D cell has a gain over its aggregated control (scaled x2, the linear-scaling assumption).
 """
 
 from __future__ import annotations
@@ -19,15 +26,20 @@ from __future__ import annotations
 import datetime as dt
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from canary.checks.throughput.check import capacity_metrics, capacity_slo, capacity_summary, search_settings
 from canary.config import CanaryConfig
 from canary.config.load import validate_config
+from canary.core.metric_keys import PD_TIME_RECOMPUTED, PD_TIME_REQUESTS, PD_TIME_TERMS, pd_time_key
 from canary.export.history.tracked import TRACKED
+from canary.judge.capacity_gain import judge_gain
 from canary.judge.expectations import apply_expectation
 from canary.judge.results import CellCoverage, CellResult, CheckResult, Gate, RunResult
+from canary.load.capacity import PROBE_OVERHEAD_S, RateResult, search_capacity
 from canary.plan.cell import Cell
 from canary.plan.matrix import plan
 
@@ -128,6 +140,26 @@ def _throughput(cell: Cell, rps: float, baseline_rps: float | None) -> CheckResu
         **{f"itl_{q}_s": tpot * f for q, f in (("p50", 0.95), ("p90", 1.5), ("p99", 3.2))},
         **{f"e2e_{q}_s": e2e * f for q, f in (("p50", 1.0), ("p90", 1.3), ("p99", 1.9))},
     }
+    evidence: dict[str, object] = {}
+    if cell.topology == "pd-nixl":  # where the TTFT goes (canary/checks/throughput/pdtime.py)
+        shares = dict(zip(PD_TIME_TERMS[:-1], (0.08, 0.05, 0.30, 0.10, 0.12, 0.15, 0.20), strict=True))
+        split = {**{t: ttft * f for t, f in shares.items()}, "decode": e2e - ttft}
+        for term, value in split.items():
+            metrics[pd_time_key(term, "p50")] = value
+            metrics[pd_time_key(term, "p90")] = value * 1.3
+        metrics.update({PD_TIME_REQUESTS: 40.0, PD_TIME_RECOMPUTED: 0.0})
+        evidence["pd_time"] = {
+            "available": True,
+            "terms": list(PD_TIME_TERMS),
+            "ttft_terms": list(PD_TIME_TERMS[:-1]),
+            "stats_ms": {t: {"p50": v * 1e3, "p90": v * 1.3e3, "mean": v * 1.05e3} for t, v in split.items()},
+            "requests": 40,
+            "joined": 40,
+            "recomputed": 0,
+            "problems": [],
+            "rows": [],
+            "rows_total": 40,
+        }
     gates = []
     verdict = "pass"
     if baseline_rps is not None:
@@ -149,8 +181,82 @@ def _throughput(cell: Cell, rps: float, baseline_rps: float | None) -> CheckResu
         )
     summary = f"{rps:.1f} req/s, {rps * 32:.0f} tok/s, TTFT p50 {ttft * 1000:.0f} ms"
     return CheckResult(
-        name="throughput", verdict=verdict, summary=summary, metrics=metrics, gates=gates, duration_s=9.8
+        name="throughput",
+        verdict=verdict,
+        summary=summary,
+        metrics=metrics,
+        gates=gates,
+        evidence=evidence,
+        duration_s=9.8,
     )
+
+
+@dataclass(frozen=True)
+class SyntheticServer:
+    """A server for the capacity search without engines: `capacity` req/s at most; below it the median
+    TTFT is `idle_ttft_s` / (1 - load) (a queue) with an exponential tail, so the share of requests
+    over the SLO's TTFT limit is 2^(-limit / median); at or above it the queue grows (over-saturated).
+    Each probe sends what LoadMeasure would send (rate x 20 s, clamped to 40..600 requests)."""
+
+    capacity: float
+    idle_ttft_s: float
+    itl_s: float
+    ttft_limit_s: float = 1.0
+
+    def requests(self, rate: float) -> int:
+        return max(40, min(600, round(rate * 20.0)))
+
+    def expected_seconds(self, rate: float) -> float:
+        return self.requests(rate) / rate + PROBE_OVERHEAD_S
+
+    def __call__(self, rate: float) -> RateResult:
+        load = rate / self.capacity
+        n = self.requests(rate)
+        if load >= 1.0:
+            median = self.idle_ttft_s * 40 * load
+            saturated: str | None = (
+                f"queueing grew: median TTFT {median * 200:.0f} ms in the first third, {median * 1e3 * 4:.0f} ms "
+                "in the last"
+            )
+        else:
+            median, saturated = self.idle_ttft_s / (1.0 - load), None
+        met = round(n * (1.0 - 2.0 ** (-self.ttft_limit_s / median)))
+        return RateResult(
+            offered_rate=rate,
+            requests=n,
+            met=met,
+            seconds=round(self.expected_seconds(rate) - 1.0 + 0.2 * load, 3),
+            achieved_rate=rate * 0.99,
+            throughput=min(rate, self.capacity) * 0.98,
+            ttft_p50_s=median,
+            ttft_p99_s=median * math.log2(100),
+            itl_p50_s=self.itl_s * (1 + load),
+            itl_p99_s=self.itl_s * (1 + load) * 3.2,
+            saturated=saturated,
+            design_effect=1.0 + 12.0 * max(0.0, load - 0.6),
+        )
+
+
+def capacity(check: CheckResult, server: SyntheticServer) -> CheckResult:
+    """The throughput check with the capacity search the check runs when checks.throughput.capacity is on."""
+    cap = sample_config().checks.throughput.capacity
+    settings = search_settings(cap)
+    found = search_capacity(server, capacity_slo(cap), settings, expected_seconds=server.expected_seconds)
+    return check.model_copy(
+        update={
+            "metrics": {**check.metrics, **capacity_metrics(found)},
+            "evidence": {**check.evidence, "capacity": found.to_json()},
+            "summary": f"{check.summary}; {capacity_summary(found)}",
+        }
+    )
+
+
+def capacity_server(cell: Cell, rps: float, no_transfer: bool = False) -> SyntheticServer:
+    """The synthetic server of a cell: as fast as its closed-loop rps; a pair without KV transfer
+    recomputes every prefill on decode, so its TTFT alone breaks the SLO."""
+    pd = cell.topology == "pd-nixl"
+    idle = 0.6 if no_transfer else 0.07 if pd else 0.03
+    return SyntheticServer(capacity=rps * (0.95 if pd else 0.9), idle_ttft_s=idle, itl_s=0.0105 if pd else 0.0031)
 
 
 def _crashed_load_test() -> CheckResult:
@@ -309,9 +415,13 @@ def _checks(cell: Cell, index: int, baseline_rps: dict[str, float]) -> list[Chec
     if candidate and cell.topology == "aggregated" and cell.prefill_block_size == 32:
         rps *= 0.55  # the regression the candidate brings
     if candidate and cell.topology == "pd-nixl" and cell.prefill_block_size == 32 and not mismatch:
-        checks.append(_crashed_load_test())
+        crashed = _crashed_load_test()  # the check skips the capacity search after an error
+        crashed.evidence["capacity"] = {"skipped": "the throughput measurement was error"}
+        checks.append(crashed)
     else:
-        checks.append(_throughput(cell, rps, baseline_rps.get(key) if candidate else None))
+        throughput = _throughput(cell, rps, baseline_rps.get(key) if candidate else None)
+        no_transfer = candidate and cell.topology == "pd-nixl" and cell.prefill_block_size == 128
+        checks.append(capacity(throughput, capacity_server(cell, rps, no_transfer)))
     if not candidate:
         baseline_rps[key] = rps
     if cell.topology == "pd-nixl":
@@ -332,6 +442,24 @@ def with_drift(run: RunResult, cell_id: str) -> RunResult:
     return out
 
 
+def control(cell: Cell, earlier: list[CellResult]) -> CellResult | None:
+    """A P/D cell's aggregated control among the earlier cells: same image, backend, KV dtype, runner and
+    prefill block (what CheckContext.control_for picks in these matrices)."""
+    return next(
+        (
+            r
+            for r in earlier
+            if r.cell.topology == "aggregated"
+            and r.cell.image == cell.image
+            and r.cell.backend == cell.backend
+            and r.cell.kv_cache_dtype == cell.kv_cache_dtype
+            and r.cell.runner == cell.runner
+            and r.cell.prefill_block_size == cell.prefill_block_size
+        ),
+        None,
+    )
+
+
 def sample_run(finished_at: dt.datetime | None = None, run_id: str | None = None) -> RunResult:
     """The example run; finished_at (UTC) defaults to now."""
     config = sample_config()
@@ -346,6 +474,9 @@ def sample_run(finished_at: dt.datetime | None = None, run_id: str | None = None
             cells.append(CellResult(cell=cell, verdict=verdict, reason=cell.reason or "", started_at=clock))
             continue
         checks = _checks(cell, index, baseline_rps)
+        throughput = next((c for c in checks if c.name == "throughput"), None)
+        if throughput is not None and cell.topology == "pd-nixl":
+            judge_gain(cell, throughput, control(cell, cells), 2, 1)
         verdict, reason = apply_expectation(cell, checks)
         duration = sum(c.duration_s for c in checks) + 4.0
         roles = ["server"] if cell.topology == "aggregated" else ["prefill", "decode", "router"]

@@ -127,3 +127,30 @@ def test_the_exit_code_table_holds_every_exit_constant_once() -> None:
     assert len(set(table.values())) == len(table)
     for e in cli.EXIT_CODES:  # --help prints each row as the table says
         assert f"\n  {e.code:<4} {e.meaning}" in cli.build_parser().format_help()
+
+
+def test_a_long_run_started_with_sigint_ignored_still_stops_on_sigint() -> None:
+    # `canary run ... &` from a script inherits SIGINT ignored; `kill -INT` must still stop it (exit 130)
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    child = textwrap.dedent(
+        """
+        import os, signal, sys, time
+        from canary import cli
+        cli.COMMANDS["run"] = lambda args, console: (os.kill(os.getpid(), signal.SIGINT), time.sleep(5), 0)[-1]
+        sys.exit(cli.main(["run", sys.argv[1]]))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child, DEFAULT],
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(cli.__file__).resolve().parent.parent)},
+    )
+    assert (done.returncode, done.stderr.strip().splitlines()[-1]) == (cli.EXIT_INTERRUPTED, "canary: interrupted")

@@ -29,24 +29,46 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from canary.checks.base import CheckContext, register
-from canary.checks.throughput import hostload, paired
+from canary.checks.throughput import hostload, paired, pdtime
 from canary.config import CapacityConfig, ThroughputCheckConfig
 from canary.core import metric_keys as keys
+from canary.judge.capacity_gain import EVIDENCE_KEY as GAIN_EVIDENCE_KEY
+from canary.judge.capacity_gain import Capacity, judge_gain
 from canary.judge.request_tests import gates_verdict, per_request_gates, raw_runs
 from canary.judge.results import CAUSE_KEY, LATENCIES, CheckResult, Gate
-from canary.load.capacity import CapacitySlo, LoadMeasure, RateResult, SearchSettings, search_capacity
+from canary.load.capacity import (
+    CapacityResult,
+    CapacitySlo,
+    LoadMeasure,
+    RateResult,
+    SearchSettings,
+    search_capacity,
+)
 from canary.load.launch import LoadError, LoadResult, run_load, token_pool, words_per_token
 from canary.load.stats import Sample, Slo, higher_is_better, median_metrics, relative_change, window_values
 from canary.load.workload import WorkloadSpec
+from canary.plan.waves import ScheduleError, engine_gpus
 from canary.targets.base import Deployment
 
 # Metrics that are counts per run: summed over repeats rather than taken as a median.
 _COUNTS = ("requests_total", "requests_succeeded", "requests_failed", "requests_not_sent", "requests_cut_by_deadline")
 
+
+CAPACITY_KEYS: tuple[str, ...] = (
+    keys.CAPACITY_REQUESTS_PER_S,
+    keys.CAPACITY_LOW_REQUESTS_PER_S,
+    keys.CAPACITY_HIGH_REQUESTS_PER_S,
+    keys.CAPACITY_REQUESTS_USED,
+    keys.CAPACITY_SECONDS_USED,
+)
+"""The capacity search's numbers (only when checks.throughput.capacity is on)."""
+GAIN_KEYS: tuple[str, ...] = (keys.DISAGG_GAIN, keys.DISAGG_GAIN_LOW, keys.DISAGG_GAIN_HIGH, keys.DISAGG_ENGINE_SCALE)
+"""A P/D cell's disaggregation gain over its control (canary.judge.capacity_gain)."""
 
 EXPORTED_KEYS: tuple[str, ...] = (
     keys.REQUESTS_PER_S,
@@ -56,6 +78,11 @@ EXPORTED_KEYS: tuple[str, ...] = (
     keys.PAIRED_RATIO_LOW,
     keys.PAIRED_RATIO_HIGH,
     *(keys.latency_key(kind, pct) for kind in LATENCIES for pct in keys.EXPORTED_PERCENTILES),
+    *CAPACITY_KEYS,
+    *GAIN_KEYS,
+    *(keys.pd_time_key(term, stat) for term in keys.PD_TIME_TERMS for stat in keys.PD_TIME_STATS),
+    keys.PD_TIME_REQUESTS,
+    keys.PD_TIME_RECOMPUTED,
 )
 """The numbers of this check the exporters read."""
 
@@ -79,6 +106,7 @@ def build_spec(cfg: ThroughputCheckConfig, deployment: Deployment, repeat: int =
         max_duration_s=float(cfg.max_duration_s),
         request_timeout_s=cfg.request_timeout_s,
         seed=cfg.seed + repeat,
+        request_id_prefix=f"tp{cfg.seed + repeat}-{uuid.uuid4().hex[:8]}",  # unique: engines see every repeat
         max_client_cpu_ratio=cfg.max_client_cpu_ratio,
         max_client_lag_p99_s=cfg.max_client_lag_p99_ms / 1e3,
         workers=cfg.workers,
@@ -267,7 +295,23 @@ def throughput_check(ctx: CheckContext) -> CheckResult:
         paired.add_paired(ctx, base, result)
     if cfg.capacity.enabled:
         add_capacity(ctx, prompts, result)
+        add_gain(ctx, result)
     return result
+
+
+def add_gain(ctx: CheckContext, result: CheckResult) -> None:
+    """A P/D cell's disaggregation gain over its aggregated control (canary.judge.capacity_gain), when
+    both capacity searches ran: informational, into metrics, evidence and the summary."""
+    if ctx.cell.topology != "pd-nixl":
+        return
+    control = ctx.control_for()
+    try:  # engines x tensor parallel
+        engines = sum(engine_gpus(ctx.cell, ctx.config).values())
+        theirs = sum(engine_gpus(control.cell, ctx.config).values()) if control is not None else 1
+    except ScheduleError as exc:  # a model not in the config: no gain, and never an error of the check
+        result.evidence[GAIN_EVIDENCE_KEY] = {"skipped": str(exc)}
+        return
+    judge_gain(ctx.cell, result, control, engines, theirs)
 
 
 def capacity_slo(cfg: CapacityConfig) -> CapacitySlo:
@@ -278,6 +322,20 @@ def capacity_slo(cfg: CapacityConfig) -> CapacitySlo:
         attainment=cfg.attainment,
         confidence=cfg.confidence,
         itl_statistic=cfg.itl_statistic,
+    )
+
+
+def search_settings(cap: CapacityConfig) -> SearchSettings:
+    """The capacity search's settings from checks.throughput.capacity."""
+    return SearchSettings(
+        start_rate=cap.start_rate,
+        growth=cap.growth,
+        min_rate=min(0.05, cap.start_rate),
+        max_rate=cap.max_rate,
+        precision=cap.precision,
+        budget_requests=cap.budget_requests,
+        budget_s=cap.budget_s,
+        max_probes=cap.max_probes,
     )
 
 
@@ -304,32 +362,32 @@ def add_capacity(
     measure = measure_factory(
         base=base, work_dir=ctx.cell_dir / "throughput" / "capacity", slo=slo, seconds_per_probe=cap.seconds_per_probe
     )
-    settings = SearchSettings(
-        start_rate=cap.start_rate,
-        growth=cap.growth,
-        min_rate=min(0.05, cap.start_rate),
-        max_rate=cap.max_rate,
-        precision=cap.precision,
-        budget_requests=cap.budget_requests,
-        budget_s=cap.budget_s,
-        max_probes=cap.max_probes,
-    )
+    settings = search_settings(cap)
     expected = getattr(measure, "expected_seconds", None)
     found = search_capacity(measure, slo, settings, expected_seconds=expected)
-    lower, upper = found.interval
-    values = {  # results.json only: not exported (canary/core/metric_keys.py)
-        "capacity_requests_per_s": found.estimate,
-        "capacity_low_requests_per_s": lower,
-        "capacity_high_requests_per_s": upper,
-        "capacity_requests_used": float(found.requests_used),
-        "capacity_seconds_used": found.seconds_used,
-    }
-    result.metrics.update({k: v for k, v in values.items() if v is not None})
+    result.metrics.update(capacity_metrics(found))
     result.evidence["capacity"] = found.to_json()
-    low = "below" if lower is None else f"{lower:.3g}"
-    high = "above" if upper is None else f"{upper:.3g}"
-    estimate = "none" if found.estimate is None else f"{found.estimate:.3g} req/s"
-    result.summary = f"{result.summary}; SLO capacity {estimate} [{low}, {high}]"
+    result.summary = f"{result.summary}; {capacity_summary(found)}"
+
+
+def capacity_metrics(found: CapacityResult) -> dict[str, float]:
+    """A search's numbers for CheckResult.metrics; an estimate or interval end it could not establish
+    has no key (never 0)."""
+    lower, upper = found.interval
+    values = {
+        keys.CAPACITY_REQUESTS_PER_S: found.estimate,
+        keys.CAPACITY_LOW_REQUESTS_PER_S: lower,
+        keys.CAPACITY_HIGH_REQUESTS_PER_S: upper,
+        keys.CAPACITY_REQUESTS_USED: float(found.requests_used),
+        keys.CAPACITY_SECONDS_USED: found.seconds_used,
+    }
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def capacity_summary(found: CapacityResult) -> str:
+    """'SLO capacity 6 req/s [5.5, 6.6]' ('below' / 'above' for a missing end, 'none' without an estimate)."""
+    lower, upper = found.interval
+    return f"SLO capacity {Capacity(found.estimate, lower, upper).text()}"
 
 
 def backoff_s(cfg: ThroughputCheckConfig, attempt: int) -> float:
@@ -377,6 +435,10 @@ def measure(ctx: CheckContext, prompts: tuple[list[int] | None, float, dict[str,
         evidence["runs"].append({**result.summary(), "metrics": result.metrics})
         foreign.append(hostload.foreign_load(before, after) if before and after else None)
     metrics = combine(runs)
+    decomposition = pdtime.decompose_deployment(ctx.deployment, [s for r in runs for s in r.samples])
+    if decomposition is not None:  # a P/D cell: where its requests' time went (informational, no gate)
+        metrics.update(decomposition.metrics())
+        evidence["pd_time"] = decomposition.evidence()
     host_problems = _host_problems(cfg, foreign, metrics, evidence)
     error_rate = metrics["error_rate"]
     error_gate = Gate(
@@ -424,10 +486,13 @@ def measure(ctx: CheckContext, prompts: tuple[list[int] | None, float, dict[str,
         elif baseline is not None:
             evidence["baseline_cell"] = f"{baseline.cell.id} (no passing throughput result: not compared)"
         verdict = gates_verdict(gates)  # the rule family control re-applies after the run
+    summary = _summary(verdict, metrics, gates)
+    if decomposition is not None and decomposition.unavailable is not None:
+        summary = f"{summary}; {decomposition.summary()}"
     return CheckResult(
         name="throughput",
         verdict=verdict,
-        summary=_summary(verdict, metrics, gates),
+        summary=summary,
         metrics=metrics,
         gates=gates,
         evidence=evidence,

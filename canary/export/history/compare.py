@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from canary.core import metric_keys as k
 from canary.export.history.store import HistoryStore
 from canary.judge.results import VERDICT_SEVERITY
 from canary.load.stats import higher_is_better
@@ -29,6 +30,17 @@ class VerdictChange:
         return VERDICT_SEVERITY[self.after] < VERDICT_SEVERITY[self.before]
 
 
+HIGHER_IS_BETTER = (
+    "goodput_ratio",
+    "accuracy",
+    "parity_match_rate",
+    k.DISAGG_GAIN,
+    k.DISAGG_GAIN_LOW,
+    k.DISAGG_GAIN_HIGH,
+)
+"""Metrics without a _per_s unit that are better when higher (a _per_s rate always is)."""
+
+
 @dataclass(frozen=True)
 class MetricChange:
     """A number of a cell's check in run A and run B."""
@@ -49,7 +61,7 @@ class MetricChange:
         """better / worse / changed (for metrics without a direction: counts, ratios of other kinds)."""
         if not math.isfinite(self.relative) or self.relative == 0:
             return "changed"
-        if self.metric.endswith("_per_s") or self.metric in ("goodput_ratio", "accuracy", "parity_match_rate"):
+        if self.metric.endswith("_per_s") or self.metric in HIGHER_IS_BETTER:
             return "better" if self.relative > 0 else "worse"
         if self.metric.endswith("_s") and not higher_is_better(self.metric):
             return "worse" if self.relative > 0 else "better"

@@ -24,7 +24,8 @@ Dashboards:
   images against the baseline image.
 - vllm-canary-performance: the slowest cells' throughput and latency (TTFT/TPOT/ITL/E2E
   percentiles), history change points, candidate/baseline throughput with the alert's threshold,
-  GSM8K accuracy with its Wilson bounds and gate.
+  SLO capacity with its interval and each P/D cell's disaggregation gain over its control (where
+  checks.throughput.capacity ran), GSM8K accuracy with its Wilson bounds and gate.
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ U_PROMPTS = "suffix:prompts"
 U_GATES = "suffix:gates"
 U_POSITION = "suffix:tokens"
 U_BLOCK = "suffix:block"
+U_GAIN = "suffix:× scaled control"
+"""A disaggregation gain: P/D capacity over the aggregated control's scaled to the pair's engines."""
 U_VERDICT = "none"
 """Verdict codes: shown as the verdict's word by value mappings, never as a number."""
 
@@ -113,6 +116,18 @@ GLOSSARY: dict[str, str] = {
     "× threshold": (
         "× threshold: the value divided by its gate's threshold (margin × null floor + a float tolerance); "
         "above 1 (the red line) the worst prompt is beyond the engine's own noise and the gate fails."
+    ),
+    "SLO capacity": (
+        "SLO capacity: the highest open-loop request rate at which the capacity SLO (checks.throughput.capacity: "
+        "TTFT and per-request inter-token limits met by the target share of requests) still held, found by "
+        "probing rates; its interval is where the probes were conclusive (Wilson bounds of the attainment). "
+        "A bound the search could not establish has no series: a missing line or an empty column, never 0."
+    ),
+    "disaggregation gain": (
+        "Disaggregation gain: a P/D cell's SLO capacity over its aggregated control's multiplied by the engine "
+        "scale (x2: prefill + decode against one server, tensor parallel counted), the linear-scaling "
+        "assumption: no 2-engine aggregated deployment is measured. 1: P/D carries what the same engines "
+        "would aggregated; the interval divides the P/D interval's ends by the scaled control's opposite ends."
     ),
     "KL": (
         "KL: top-k estimate of the Kullback-Leibler divergence of the P/D output distribution from the "
@@ -784,27 +799,38 @@ def overview() -> gdash.Dashboard:
     )
 
 
+INSTANT_TABLE_HIDDEN = (
+    *HIDDEN_COLUMNS,
+    "model",
+    "prefill_block_size",
+    "decode_block_size",
+    "kv_cache_dtype",
+    "kernel_block_size",
+    "runner",
+)
+"""Columns of an instant table of cells left out (the cell id says them)."""
+
+
 def _instant_table(
-    title: str, description: str, unit: str, columns: Sequence[tuple[str, str, str]], span: int, sort: str
+    title: str,
+    description: str,
+    unit: str,
+    columns: Sequence[tuple[str, str, str]],
+    span: int,
+    sort: str,
+    *,
+    desc: bool = True,
+    hidden: Sequence[str] = INSTANT_TABLE_HIDDEN,
 ) -> gtable.Panel:
     """One row per cell, one column per (expression, column name, unit) (instant queries, merged)."""
     refs = [chr(ord("A") + index) for index in range(len(columns))]
     queries = [_query(expr, ref=ref, instant=True) for ref, (expr, _, _) in zip(refs, columns, strict=True)]
-    hidden = (
-        *HIDDEN_COLUMNS,
-        "model",
-        "prefill_block_size",
-        "decode_block_size",
-        "kv_cache_dtype",
-        "kernel_block_size",
-        "runner",
-    )
     rename = {f"Value #{ref}": name for ref, (_, name, _) in zip(refs, columns, strict=True)}
     panel = (
         _table(title, description, unit, *queries, span=span)
         .with_transformation(gmodel.DataTransformerConfig(id_val="merge", options={}))
         .with_transformation(_organize(hidden, rename))
-        .sort_by(_sort(sort))
+        .sort_by(_sort(sort, desc))
     )
     for _, name, column_unit in columns:
         if column_unit != unit:
@@ -904,6 +930,104 @@ def _latency_panel(kind: str) -> gts.Panel:
     )
 
 
+def _capacity_panels() -> tuple[gts.Panel, gtable.Panel, gts.Panel, gtable.Panel]:
+    """SLO capacity with its interval (the lowest cells and every cell), and the disaggregation gain."""
+    lowest = top(f"{s.CAPACITY.name}{selector()}", worst="bottomk")
+    lowest_gain = top(f"{s.DISAGG_GAIN.name}{selector()}", worst="bottomk")
+
+    def of(spec: s.MetricSpec, cells: str) -> str:
+        return f"{spec.name}{selector()} and on (job, scope, cell) {cells}"
+
+    def col(spec: s.MetricSpec) -> str:
+        return f"{spec.name}{selector()}"
+
+    capacity_chart = (
+        _timeseries(
+            "Lowest SLO capacity with its interval",
+            f"The ${LIMIT_VAR} cells with the lowest SLO capacity (solid), the lower (B) and upper (C, dashed) "
+            "ends of its interval, where the capacity search ran (checks.throughput.capacity, off by default). "
+            + explain("SLO capacity"),
+            U_REQUESTS_PER_S,
+            _query(lowest, "{{cell}}"),
+            _query(of(s.CAPACITY_LOW, lowest), "{{cell}} lower", ref="B"),
+            _query(of(s.CAPACITY_HIGH, lowest), "{{cell}} upper", ref="C"),
+        )
+        .min(0)
+        .override_by_query("B", DASHED)
+        .override_by_query("C", DASHED)
+    )
+    capacity_table = _instant_table(
+        "SLO capacity now",
+        "Last SLO capacity of every cell whose capacity search ran, lowest first: the estimate, its interval, and "
+        "what the search spent (requests sent, seconds). An empty estimate: no rate held the SLO; an empty end: "
+        "no probe was conclusive on that side. " + explain("SLO capacity"),
+        U_REQUESTS_PER_S,
+        (
+            (col(s.CAPACITY), "capacity", U_REQUESTS_PER_S),
+            (col(s.CAPACITY_LOW), "lower", U_REQUESTS_PER_S),
+            (col(s.CAPACITY_HIGH), "upper", U_REQUESTS_PER_S),
+            (col(s.CAPACITY_REQUESTS), "requests used", "none"),
+            (col(s.CAPACITY_SECONDS), "search time", U_SECONDS),
+        ),
+        12,
+        "capacity",
+        desc=False,
+    )
+    gain_chart = _with_threshold_line(
+        _timeseries(
+            "Lowest disaggregation gain with its interval",
+            f"The ${LIMIT_VAR} P/D cells with the lowest disaggregation gain (solid) and the ends of its interval "
+            "(B lower, C upper, dashed); the line at 1: P/D carries what the same engines carry aggregated. "
+            + explain("disaggregation gain", "SLO capacity"),
+            U_GAIN,
+            _query(lowest_gain, "{{cell}}"),
+            _query(of(s.DISAGG_GAIN_LOW, lowest_gain), "{{cell}} lower", ref="B"),
+            _query(of(s.DISAGG_GAIN_HIGH, lowest_gain), "{{cell}} upper", ref="C"),
+        )
+        .min(0)
+        .override_by_query("B", DASHED)
+        .override_by_query("C", DASHED),
+        1.0,
+        below="orange",
+        above="green",
+    )
+    gain_table = _instant_table(
+        "Disaggregation gain by backend and block size",
+        "Every P/D cell with a disaggregation gain, one row per backend and prefill/decode block size (and "
+        "image), lowest gain first: the gain, its interval, the engine scale its control was multiplied by "
+        "and the cell's own SLO capacity. " + explain("disaggregation gain", "SLO capacity"),
+        U_GAIN,
+        (
+            (col(s.DISAGG_GAIN), "gain", U_GAIN),
+            (col(s.DISAGG_GAIN_LOW), "gain lower", U_GAIN),
+            (col(s.DISAGG_GAIN_HIGH), "gain upper", U_GAIN),
+            (col(s.DISAGG_ENGINE_SCALE), "control scaled ×", "none"),
+            (of(s.CAPACITY, f"{s.DISAGG_GAIN.name}{selector()}"), "P/D capacity", U_REQUESTS_PER_S),
+        ),
+        12,
+        "gain",
+        desc=False,
+        hidden=(*HIDDEN_COLUMNS, "model", "kernel_block_size", "topology"),
+    )
+    return capacity_chart, capacity_table, gain_chart, gain_table
+def _pd_time_panel() -> gts.Panel:
+    """Where the slowest P/D cells' time goes, term by term (canary_pd_time_seconds), and how many of their
+    requests were joined and fell back to recompute."""
+    percentiles = selector('percentile=~"$percentile"', 'term!="decode"')
+    largest = top(f"{s.PD_TIME.name}{percentiles}")
+    same = f"{selector()} and on (job, scope, cell) {largest}"
+    return _timeseries(
+        "Where P/D time goes: TTFT by term",
+        f"The ${LIMIT_VAR} largest terms of P/D cells' TTFT (the percentile variable): {s.PD_TIME.help} Dashed "
+        f"(B), requests joined; C, of those decode recomputed instead of reading the KV. "
+        "Per-request rows: results.json, evidence.pd_time of the throughput check.",
+        U_SECONDS,
+        _query(largest, "{{cell}} {{term}} {{percentile}}"),
+        _query(f"{s.PD_TIME_REQUESTS.name}{same}", "{{cell}} joined", "B"),
+        _query(f"{s.PD_TIME_RECOMPUTED.name}{same}", "{{cell}} recomputed", "C"),
+    ).override_by_query("B", DASHED)
+
+
 def performance() -> gdash.Dashboard:
     """Throughput, latency and GSM8K accuracy over time; baseline vs candidate."""
     coords = (
@@ -917,6 +1041,8 @@ def performance() -> gdash.Dashboard:
 
     def of_worst(spec: s.MetricSpec) -> str:
         return f"{spec.name}{selector()} and on (job, scope, cell) {worst_accuracy}"
+
+    capacity_chart, capacity_table, gain_chart, gain_table = _capacity_panels()
 
     return (
         gdash.Dashboard("vLLM canary: performance and accuracy")
@@ -1019,11 +1145,17 @@ def performance() -> gdash.Dashboard:
                 )
             )
         )
+        .with_row(gdash.Row("SLO capacity and disaggregation gain"))
+        .with_panel(capacity_chart)
+        .with_panel(capacity_table)
+        .with_panel(gain_chart)
+        .with_panel(gain_table)
         .with_row(gdash.Row("Latency under load"))
         .with_panel(_latency_panel("ttft"))
         .with_panel(_latency_panel("tpot"))
         .with_panel(_latency_panel("itl"))
         .with_panel(_latency_panel("e2e"))
+        .with_panel(_pd_time_panel())
         .with_row(gdash.Row("GSM8K accuracy"))
         .with_panel(
             _timeseries(

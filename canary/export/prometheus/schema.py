@@ -26,7 +26,8 @@ image               image key of the config (``baseline``, ``patched``)
 ==================  ==========================================================================
 
 plus, where relevant: ``check`` (startup, parity, accuracy, throughput, kv_transfer, deploy),
-``verdict`` (one of the 8 verdicts), ``percentile`` (p50, p90, p99), ``risk`` (a risk flag of the
+``verdict`` (one of the 8 verdicts), ``percentile`` (p50, p90, p99), ``term`` (a term of
+``canary_pd_time_seconds``), ``risk`` (a risk flag of the
 planner) and ``failure_class`` (a name of the failure-signature catalog, ``unclassified``
 otherwise). Run metrics carry
 ``config``, ``platform``, ``target``, ``canary_version`` (``canary_run_info``) and
@@ -38,9 +39,9 @@ Cardinality
 -----------
 Bounded by the config, never by time: there is no run id, timestamp, URL or free text in any
 label (the parity metrics are per cell: no prompt text, length or fingerprint in any label). A run
-exposes at most ``SERIES_PER_CELL`` (84) series per cell plus ~15 run series: the CPU default
-(9 cells) < 750 series, a 500-cell GPU matrix < 41k (a cell has only its topology's share: P/D
-cells no drift series, aggregated cells no P/D fidelity series). Every push replaces the whole
+exposes at most ``SERIES_PER_CELL`` (111) series per cell plus ~15 run series: the CPU default
+(10 cells) < 1130 series, a 500-cell GPU matrix < 56k (a cell has only its topology's share: P/D
+cells no drift series, aggregated cells no P/D fidelity, P/D time or gain series). Every push replaces the whole
 group, so series of cells no longer in the matrix disappear with the next run. ``verdict`` and
 ``failure_class`` series exist only for the current value (one series per cell), so a change of
 verdict does not leave a second live series behind.
@@ -188,6 +189,49 @@ PAIRED_RATIO_LOW = _cell(
 PAIRED_RATIO_HIGH = _cell(
     "throughput_paired_upper_ratio", "High end of the paired ratio's t interval (regress when < 1 - margin).", "ratio"
 )
+# The SLO capacity search (checks.throughput.capacity, off by default; docs/methodology/capacity.md).
+# A bound the search could not establish has no series (never 0): with canary_capacity_search_requests
+# present (the search ran), a missing estimate means no rate held, a missing lower end "below the
+# lowest rate probed", a missing upper end "above the highest".
+CAPACITY = _cell(
+    "capacity_requests_per_second",
+    "SLO capacity: the highest open-loop request rate at which the capacity SLO held (checks.throughput.capacity); "
+    "no series when no rate held.",
+)
+CAPACITY_LOW = _cell(
+    "capacity_lower_requests_per_second",
+    "Lower end of the SLO capacity's confident interval (the highest rate whose attainment's Wilson lower bound "
+    "met the target); no series when no probe was conclusive below.",
+)
+CAPACITY_HIGH = _cell(
+    "capacity_upper_requests_per_second",
+    "Upper end of the SLO capacity's confident interval (the lowest rate above it that confidently failed or "
+    "over-saturated); no series when no probe was conclusive above.",
+)
+CAPACITY_REQUESTS = _cell(
+    "capacity_search_requests", "Requests the SLO capacity search sent over all its probes (present when it ran)."
+)
+CAPACITY_SECONDS = _cell("capacity_search_seconds", "Wall time of the SLO capacity search's probes.", "seconds")
+DISAGG_GAIN = _cell(
+    "disagg_gain",
+    "Disaggregation gain of a P/D cell: its SLO capacity over its aggregated control's scaled linearly to the "
+    "pair's engine count (canary_disagg_engine_scale; no such aggregated deployment is measured); 1: no gain.",
+)
+DISAGG_GAIN_LOW = _cell(
+    "disagg_gain_lower",
+    "Lower end of the disaggregation gain's interval (P/D lower end over the scaled control's upper end); no "
+    "series when an end is missing.",
+)
+DISAGG_GAIN_HIGH = _cell(
+    "disagg_gain_upper",
+    "Upper end of the disaggregation gain's interval (P/D upper end over the scaled control's lower end); no "
+    "series when an end is missing.",
+)
+DISAGG_ENGINE_SCALE = _cell(
+    "disagg_engine_scale",
+    "The factor a P/D cell's control capacity is multiplied by for its disaggregation gain: engines x tensor "
+    "parallel of the pair over the control's (linear-scaling assumption).",
+)
 LATENCY: dict[str, MetricSpec] = {
     "ttft": _cell("ttft_seconds", "Time to first token under load, by percentile.", "seconds", "percentile"),
     "tpot": _cell(
@@ -198,6 +242,22 @@ LATENCY: dict[str, MetricSpec] = {
         "e2e_latency_seconds", "End-to-end request latency under load, by percentile.", "seconds", "percentile"
     ),
 }
+PD_TIME = _cell(
+    "pd_time_seconds",
+    "Where a P/D cell's request time goes under load, by term (router, prefill_queue, prefill_compute, "
+    "decode_wait, kv_transfer, handover, first_decode_step: they sum to the TTFT; decode: the rest) and "
+    "percentile (p50, p90) over the measured requests (client, router and both engines joined per request).",
+    "seconds",
+    "term",
+    "percentile",
+)
+PD_TIME_REQUESTS = _cell(
+    "pd_time_requests", "Measured requests of a P/D cell joined across client, prefill and decode for pd_time."
+)
+PD_TIME_RECOMPUTED = _cell(
+    "pd_time_recomputed_requests",
+    "Of the joined requests of a P/D cell, those decode computed the prompt for instead of reading its KV.",
+)
 ACCURACY = _cell(
     "gsm8k_accuracy_ratio", "GSM8K exact-match accuracy (flexible extract) of the questions evaluated.", "ratio"
 )
@@ -405,6 +465,22 @@ CHECK_METRICS: tuple[CheckMetric, ...] = (
         for kind in LATENCIES
         for pct in PERCENTILES
     ),
+    CheckMetric(CAPACITY, "throughput", k.CAPACITY_REQUESTS_PER_S),
+    CheckMetric(CAPACITY_LOW, "throughput", k.CAPACITY_LOW_REQUESTS_PER_S),
+    CheckMetric(CAPACITY_HIGH, "throughput", k.CAPACITY_HIGH_REQUESTS_PER_S),
+    CheckMetric(CAPACITY_REQUESTS, "throughput", k.CAPACITY_REQUESTS_USED),
+    CheckMetric(CAPACITY_SECONDS, "throughput", k.CAPACITY_SECONDS_USED),
+    CheckMetric(DISAGG_GAIN, "throughput", k.DISAGG_GAIN),
+    CheckMetric(DISAGG_GAIN_LOW, "throughput", k.DISAGG_GAIN_LOW),
+    CheckMetric(DISAGG_GAIN_HIGH, "throughput", k.DISAGG_GAIN_HIGH),
+    CheckMetric(DISAGG_ENGINE_SCALE, "throughput", k.DISAGG_ENGINE_SCALE),
+    *(
+        CheckMetric(PD_TIME, "throughput", k.pd_time_key(term, stat), (("term", term), ("percentile", stat)))
+        for term in k.PD_TIME_TERMS
+        for stat in k.PD_TIME_STATS
+    ),
+    CheckMetric(PD_TIME_REQUESTS, "throughput", k.PD_TIME_REQUESTS),
+    CheckMetric(PD_TIME_RECOMPUTED, "throughput", k.PD_TIME_RECOMPUTED),
     CheckMetric(ACCURACY, "accuracy", k.ACCURACY),
     CheckMetric(ACCURACY_LOW, "accuracy", k.ACCURACY_WILSON_LOW),
     CheckMetric(ACCURACY_HIGH, "accuracy", k.ACCURACY_WILSON_HIGH),

@@ -5,6 +5,8 @@ previous and the last good run with sparklines of the key metrics (canary.export
 latency, throughput and GSM8K plots (invalid or corrupted cells hatched, never scaled to), and
 every cell's details; with the run's bisect.json (canary bisect, or the automatic bisection after
 the run) a section per bisected cell: its outcome, culprit and steps, linked from the cell's row.
+With capacity searches (checks.throughput.capacity) each cell's latency-vs-rate chart and the P/D
+cells' disaggregation gains (canary.export.report.capacity).
 With the per-request samples of the load runs (canary.export.report.requests)
 it draws each cell's latency distribution (p1-p99) and the time series of its load run. Colours mean
 one thing each (canary.core.svg.PALETTE for data, canary.judge.verdicts for verdicts; a legend says
@@ -33,6 +35,7 @@ from canary.core.svg import (
     scatter,
     sparkline,
 )
+from canary.export.report.capacity import html_section as capacity_section
 from canary.export.report.grid import (
     DETAIL_COLUMNS,
     accuracy_interval,
@@ -47,6 +50,7 @@ from canary.export.report.grid import (
     sections,
 )
 from canary.export.report.outcome import attempts_line, headline, not_passing, status_word, why
+from canary.export.report.pdtime import pd_time_section
 from canary.export.report.requests import METRICS, PERCENTILES, Requests, load_requests
 from canary.export.report.trends import (
     KEY_METRICS,
@@ -296,6 +300,11 @@ def _throughput_chart(run: RunResult) -> str:
             )
         )
     return hbar_chart("Output tokens per second", bars, "tok/s")
+
+
+def _pd_time(run: RunResult) -> str:
+    body = pd_time_section(run)
+    return f"<h2 id='pd-time'>Where P/D time goes</h2>{body}" if body else ""
 
 
 def _accuracy_chart(run: RunResult) -> str:
@@ -557,6 +566,8 @@ def render(
 <h2>Changes</h2>{_changes(run, trends)}
 <h2>Latency under load</h2>{_data_legend()}{_latency_charts(run)}{_distributions(run, requests)}
 <h2>Throughput</h2>{_throughput_chart(run)}
+{capacity_section(run, {r.cell.id: _image_color(run, r) for r in run.cells})}
+{_pd_time(run)}
 <h2>GSM8K accuracy</h2>{_accuracy_chart(run)}
 <h2>Cell details</h2>{_details(run, trends, requests)}
 </body></html>

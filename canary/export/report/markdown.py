@@ -1,6 +1,7 @@
 """summary.md: the outcome and why, the run at a glance (matrix grids: each entry links to its
 cell's row), per-cell numbers, what changed against the previous and the last good run (with a
-text sparkline of the key metrics, canary.export.report.trends), then why cells failed (with the
+text sparkline of the key metrics, canary.export.report.trends), each cell's SLO capacity and the P/D
+cells' disaggregation gains when the capacity search ran, then why cells failed (with the
 culprit a bisection named, from the run's bisect.json whenever there is one)."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from pathlib import Path
 from canary.core.atomic import write_atomic
 from canary.core.svg import Spark
 from canary.core.words import cut
+from canary.export.report.capacity import markdown_lines as capacity_lines
 from canary.export.report.grid import (
     DETAIL_COLUMNS,
     Section,
@@ -242,6 +244,7 @@ def render(run: RunResult, trends: Trends | None = None, bisections: BisectFile 
     images = _images(run)
     if images:
         lines += ["## Images", "", *images]
+    lines += capacity_lines(run)
     lines += ["## Changes", "", *_changes(run, trends)]
     failures = _failures(run, bisections)
     if failures:

@@ -18,6 +18,8 @@ same request takes 0.2 s. Nothing is imported early: the hook acts when vLLM imp
 3. With CANARY_LAYOUT_DIR=DIR, load the read-only KV layout probe (layout_probe.py beside this
 file): it records the KV grain the engine allocates, registers with NIXL and transfers into
 DIR/layout.<pid>.json. On every platform (the Kubernetes chart mounts this directory too).
+With it, the request timing recorder (timing_probe.py): one line per request and per KV read
+into DIR/timing.<pid>.jsonl, which the throughput check joins into the P/D time decomposition.
 """
 
 from __future__ import annotations
@@ -127,9 +129,11 @@ def _install_layout_probe() -> None:
         return
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     try:
-        importlib.import_module("layout_probe").install()  # this directory's module, not a package
-    except Exception as exc:
-        print(f"sitecustomize: layout probe not installed: {exc}", file=sys.stderr)
+        for name in ("layout_probe", "timing_probe"):  # this directory's modules, not a package
+            try:
+                importlib.import_module(name).install()
+            except Exception as exc:
+                print(f"sitecustomize: {name} not installed: {exc}", file=sys.stderr)
     finally:
         sys.path.pop(0)
 

@@ -3,7 +3,9 @@
 Each check's metric-producing code runs here on real inputs (no engines): the startup times of a
 deployment, the load generator's analysis of raw client output and the throughput check's
 combination of repeats, the accuracy check's result of a sequential GSM8K run with a control, the
-NIXL counters of a real vLLM /metrics text, and the parity check's judgement of P/D rows against a
+NIXL counters of a real vLLM /metrics text, the throughput check's SLO capacity search (against the
+synthetic server of tests.support.sample) on an aggregated control and a P/D cell with its
+disaggregation gain, and the parity check's judgement of P/D rows against a
 control's reference and null arm (and of a candidate image against the baseline's). Every key the
 schema exports must be among the keys produced; every number the parity check produces is exported.
 (The history's change-point keys, canary.export.history.tracked.TRACKED, are written and exported end to
@@ -21,6 +23,7 @@ import pytest
 from canary.checks.accuracy.check import Threshold, build_result
 from canary.checks.accuracy.gsm8k import QuestionResult
 from canary.checks.accuracy.sequential import evaluate_sequentially
+from canary.checks.base import CheckContext
 from canary.checks.kv_transfer.check import ZERO, read_counters, transfer_metrics
 from canary.checks.parity import check as parity
 from canary.checks.parity.check import judge_pd
@@ -31,20 +34,23 @@ from canary.checks.parity.metrics import over_floor, reference_metrics
 from canary.checks.parity.prompts import ParityPrompt
 from canary.checks.parity.reference import CACHE_BATCH_ARM, FORCED_NULL_ARM, Reference, judge_evidence
 from canary.checks.startup.check import _ready_metrics
-from canary.checks.throughput.check import combine
+from canary.checks.throughput.check import add_capacity, add_gain, combine
 from canary.checks.throughput.paired import verdict_metrics
+from canary.checks.throughput.pdtime import engine_side, join, parse_file
 from canary.config import AccuracyCheckConfig, ParityCheckConfig
 from canary.core import metric_keys as k
 from canary.core.paired import Window, paired_verdict
 from canary.core.promtext import parse
 from canary.export.history.tracked import TRACKED, TRACKED_CHECK
 from canary.export.prometheus import schema as s
+from canary.judge.results import CellResult, CheckResult
 from canary.load.launch import analyze
 from canary.load.stats import ClientHealth, Sample
 from canary.load.workload import WorkloadSpec
 from canary.plan.matrix import plan
 from canary.targets.base import Deployment, ServerInfo
-from tests.support.sample import sample_config
+from tests.support.pd_records import Engine, add_request
+from tests.support.sample import SyntheticServer, sample_config
 
 DECODE_METRICS = """\
 # TYPE vllm:nixl_bytes_transferred counter
@@ -106,7 +112,38 @@ def _throughput() -> set[str]:
     arms = ("baseline", "candidate")
     windows = [Window(0, p, arm, 10.0 + p + (arm == "candidate")) for p in range(3) for arm in arms]
     paired_keys = verdict_metrics(paired_verdict(windows, margin=0.15, confidence=0.95))  # checks.throughput.paired
-    return set(combine(runs)) | set(paired_keys)
+    return set(combine(runs)) | set(paired_keys) | _pd_time()
+
+
+def _pd_time() -> set[str]:
+    """The P/D time decomposition's numbers (a P/D cell's throughput check adds them)."""
+    prefill, decode = Engine(pid=11, mono_base=1000.0), Engine(pid=12, mono_base=5000.0)
+    samples = [add_request(prefill, decode, f"run-{i}", 100.0 + i) for i in range(5)]
+    sides = [
+        engine_side(role, role, [parse_file(Path(role), e.text_lines())])
+        for role, e in (("prefill", prefill), ("decode", decode))
+    ]
+    return set(join(samples, sides[0], sides[1]).metrics())
+
+
+def _capacity(work_dir: Path) -> set[str]:
+    """The capacity search on an aggregated control, then on a P/D cell with its gain over it."""
+    config = sample_config()
+    cells = {c.id: c for c in plan(config).planned()}
+    control, pd = cells["agg.cpu_attn.b32.auto.v1.baseline"], cells["pd.cpu_attn.p32-d32.auto.v1.baseline"]
+    earlier: dict[str, CellResult] = {}
+    produced: set[str] = set()
+    for cell, capacity in ((control, 20.0), (pd, 6.0)):
+        deployment = Deployment(cell, "http://127.0.0.1:1", "tiny", {}, started=True)
+        ctx = CheckContext(cell, deployment, config, work_dir / cell.id, earlier=dict(earlier))
+        result = CheckResult(name="throughput", verdict="pass", summary="x")
+        server = SyntheticServer(capacity=capacity, idle_ttft_s=0.05, itl_s=0.01)
+        add_capacity(ctx, (None, 1.0, {}), result, measure_factory=lambda found=server, **_: found)
+        add_gain(ctx, result)
+        produced |= set(result.metrics)
+        startup = CheckResult(name="startup", verdict="pass")
+        earlier[cell.id] = CellResult(cell=cell, verdict="pass", checks=[startup, result])
+    return produced
 
 
 def _accuracy() -> set[str]:
@@ -176,11 +213,11 @@ def _parity() -> dict[str, set[str]]:
 
 
 @pytest.fixture(scope="module")
-def produced() -> dict[str, set[str]]:
+def produced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
     parity_keys = _parity()
     return {
         "startup": _startup(),
-        "throughput": _throughput(),
+        "throughput": _throughput() | _capacity(tmp_path_factory.mktemp("capacity")),
         "accuracy": _accuracy(),
         "kv_transfer": _kv_transfer(),
         "parity": set().union(*parity_keys.values()),

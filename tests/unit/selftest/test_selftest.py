@@ -215,3 +215,64 @@ def test_missing_series_is_a_config_error(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match=r"faults\.0\.series"):
         load_faults(tmp_path / "faults.yaml")
+
+
+def test_a_shift_fault_is_shown_by_its_metric_against_the_clean_image() -> None:
+    """10-nixl-read-delay: no gate judges it yet; the P/D time decomposition's transfer term must grow
+    against the same cell on the clean image of the same run, and the other terms are reported beside."""
+    fault = _fault("10-nixl-read-delay")
+    assert fault.expect_shift is not None and fault.baseline_image
+    config = fault_config(load_config(DEFAULT_CONFIG), fault)
+    clean_cell, faulty_cell = plan(config).planned()[0], plan(config).planned()[-1]
+    assert clean_cell.image == "baseline" and faulty_cell.image == f"fault-{fault.id}"
+
+    def result(cell_transfer: float, cell: object) -> CellResult:
+        metrics = {fault.expect_shift.metric: cell_transfer, "pd_time_prefill_compute_p50_s": 0.05}  # type: ignore[union-attr]
+        check = CheckResult(name="throughput", verdict="pass", metrics=metrics)
+        return CellResult(cell=cell, verdict="pass", checks=[check], started_at=T0, duration_s=40)  # type: ignore[arg-type]
+
+    def judged(faulty_transfer: float) -> tuple[bool, str]:
+        run = _run("x", [result(0.004, clean_cell), result(faulty_transfer, faulty_cell)])
+        run = run.model_copy(update={"baseline_image": "baseline"})
+        detected, _, _, detail, when = judge_fault(run, fault, faulty_cell.image, 0.0)
+        assert (when is not None) == detected
+        return detected, detail
+
+    shown, detail = judged(0.036)
+    assert (
+        shown and "shown: pd_time_kv_transfer_p50_s +0.032" in detail and "pd_time_prefill_compute_p50_s +0" in detail
+    )
+    missed, detail = judged(0.010)
+    assert not missed and "not shown (needs +0.02)" in detail
+
+
+def test_a_shift_needs_the_clean_image(tmp_path: Path) -> None:
+    (tmp_path / "01-x").mkdir()
+    (tmp_path / "01-x" / "series").write_text("")
+    (tmp_path / "faults.yaml").write_text(
+        "faults:\n  - {id: 01-x, title: t, expect_check: throughput, topologies: [pd-nixl],"
+        " expect_shift: {metric: m, min: 0.01}}\n"
+    )
+    with pytest.raises(ConfigError, match=r"faults\.0\.expect_shift"):
+        load_faults(tmp_path / "faults.yaml")
+
+
+def test_a_shift_fault_needs_its_shift_even_when_its_check_failed() -> None:
+    fault = _fault("10-nixl-read-delay")
+    config = fault_config(load_config(DEFAULT_CONFIG), fault)
+    clean_cell, faulty_cell = plan(config).planned()[0], plan(config).planned()[-1]
+    clean = CheckResult(name="throughput", verdict="pass", metrics={"pd_time_kv_transfer_p50_s": 0.004})
+    slow = CheckResult(
+        name="throughput",
+        verdict="fail",
+        metrics={"pd_time_kv_transfer_p50_s": 0.005},
+        gates=[Gate(name="regression-requests_per_s", passed=False)],
+    )
+    cells = [
+        CellResult(cell=clean_cell, verdict="pass", checks=[clean], started_at=T0, duration_s=40),
+        CellResult(cell=faulty_cell, verdict="fail", checks=[slow], started_at=T0, duration_s=40),
+    ]
+    run = _run("x", cells).model_copy(update={"baseline_image": "baseline"})
+    detected, fired, _, detail, when = judge_fault(run, fault, faulty_cell.image, 0.0)
+    assert not detected and when is None and fired == ["throughput"]
+    assert "not shown" in detail and "throughput also failed" in detail

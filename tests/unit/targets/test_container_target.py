@@ -115,6 +115,32 @@ def test_an_explicit_image_wins_and_a_user_reference_is_run_as_is() -> None:
     assert target.image_ref("kernel32") == "registry.example.com/me/vllm:kernel32"
 
 
+def test_each_image_keeps_its_engines_compile_cache_on_the_host() -> None:
+    # an engine start compiles TorchInductor C++ kernels: without a mounted cache every container compiled again
+    target, config = _target(
+        "images.kernel32.ref=registry.example.com/me/vllm:kernel32", "images.kernel32.patches=null"
+    )
+    homes = {}
+    for cell_id in ("agg.cpu_attn.b128.auto.v1.baseline", "pd.cpu_attn.p32-d32.auto.v1.baseline",
+                    "agg.cpu_attn.b128.auto.v1.kernel32"):
+        for server in target.describe(_cell(config, cell_id))["servers"]:  # type: ignore[attr-defined]
+            if server["role"] == "router":
+                continue
+            argv = server["argv"]
+            env = dict(e.split("=", 1) for e in _pairs(argv, "-e"))
+            (home,) = [m.rsplit(":", 1)[0] for m in _pairs(argv, "-v") if m.endswith(":" + env["HOME"])]
+            assert env["TORCHINDUCTOR_CACHE_DIR"].startswith(env["HOME"] + "/")
+            assert env["XDG_CACHE_HOME"].startswith(env["HOME"] + "/")
+            homes[(cell_id, server["role"])] = home
+    baseline = {h for (cell_id, _), h in homes.items() if cell_id.endswith("baseline")}
+    assert len(baseline) == 1, "the baseline image's engines share one cache, across cells and roles"
+    assert homes[("agg.cpu_attn.b128.auto.v1.kernel32", "aggregated")] not in baseline, "another image, another cache"
+    off, config = _target("target.container.compile_cache=false")
+    (server,) = off.describe(_cell(config, "agg.cpu_attn.b32.auto.v1.baseline"))["servers"]  # type: ignore[index]
+    env = dict(e.split("=", 1) for e in _pairs(server["argv"], "-e"))
+    assert not [m for m in _pairs(server["argv"], "-v") if m.endswith(":" + env["HOME"])]
+
+
 def test_a_patched_key_is_described_as_a_derived_image() -> None:
     target, config = _target()
     described = target.describe(_cell(config, "agg.cpu_attn.b128.auto.v1.kernel32"))

@@ -104,9 +104,10 @@ def test_every_panel_has_a_unit_and_a_description(board: str, panel: dict[str, A
 @pytest.mark.parametrize(("board", "panel"), PANELS, ids=IDS)
 def test_the_words_a_newcomer_does_not_know_are_explained(board: str, panel: dict[str, Any]) -> None:
     text = f"{panel['title']} {panel.get('description', '')}".lower()
-    for term in ("null floor", "evidence prompts", "× threshold"):
+    for term in ("null floor", "evidence prompts", "× threshold", "slo capacity", "disaggregation gain"):
         if term in text:
-            assert dashboards.GLOSSARY[term].lower() in text, f"{board} / {panel['title']}: {term} is not explained"
+            glossary = {key.lower(): value for key, value in dashboards.GLOSSARY.items()}
+            assert glossary[term].lower() in text, f"{board} / {panel['title']}: {term} is not explained"
     if panel.get("fieldConfig", {}).get("defaults", {}).get("unit") == dashboards.U_NATS:
         assert dashboards.GLOSSARY["KL"].lower() in text, f"{board} / {panel['title']}: KL in nats is not explained"
 
@@ -120,6 +121,8 @@ def test_panel_units_match_what_the_metrics_measure() -> None:
         s.PARITY_KL_OVER_FLOOR.name: dashboards.U_OVER_THRESHOLD,
         s.LATENCY["ttft"].name: dashboards.U_SECONDS,
         s.ACCURACY.name: dashboards.U_RATIO,
+        s.CAPACITY.name: dashboards.U_REQUESTS_PER_S,
+        s.DISAGG_GAIN.name: dashboards.U_GAIN,
     }
     for metric, unit in by_metric.items():
         panels = [
@@ -214,3 +217,29 @@ def test_the_uses_alert_check_can_fail() -> None:
     assert not uses_alert(wrong_threshold, stale)
     wrong_threshold["fieldConfig"]["defaults"]["thresholds"]["steps"][1]["value"] = stale.threshold  # type: ignore[index]
     assert uses_alert(wrong_threshold, stale)
+
+
+def test_capacity_and_gain_panels_show_the_interval_and_the_assumption() -> None:
+    """SLO capacity and the disaggregation gain: the lowest cells with both ends of their interval (the
+    same cells), every cell in a table with the interval's ends as columns, the gain's line at 1 and its
+    linear-scaling assumption said on every gain panel."""
+    by_title = {panel["title"]: panel for board, panel in PANELS if board == "vllm-canary-performance"}
+    for title, value, low, high in (
+        ("Lowest SLO capacity with its interval", s.CAPACITY, s.CAPACITY_LOW, s.CAPACITY_HIGH),
+        ("Lowest disaggregation gain with its interval", s.DISAGG_GAIN, s.DISAGG_GAIN_LOW, s.DISAGG_GAIN_HIGH),
+    ):
+        exprs = _exprs(by_title[title])
+        lowest = f"bottomk($limit, {value.name}{{"
+        assert exprs[0].startswith(lowest)
+        assert exprs[1].startswith(f"{low.name}{{") and lowest in exprs[1]
+        assert exprs[2].startswith(f"{high.name}{{") and lowest in exprs[2]
+    assert 1.0 in _threshold_values(by_title["Lowest disaggregation gain with its interval"])
+    tables = {"SLO capacity now": s.CAPACITY_LOW, "Disaggregation gain by backend and block size": s.DISAGG_GAIN_LOW}
+    for title, low in tables.items():
+        assert any(expr.startswith(f"{low.name}{{") for expr in _exprs(by_title[title])), title
+    gain_panels = [p for t, p in by_title.items() if "disaggregation gain" in t.lower()]
+    assert len(gain_panels) == 2
+    for panel in gain_panels:
+        assert "linear-scaling assumption" in panel["description"] and "x2" in panel["description"]
+    block_columns = by_title["Disaggregation gain by backend and block size"]["transformations"][1]["options"]
+    assert not {"backend", "prefill_block_size", "decode_block_size"} & set(block_columns["excludeByName"])

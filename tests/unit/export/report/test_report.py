@@ -142,7 +142,8 @@ def test_html_is_one_self_contained_file_with_valid_svg(run: RunResult) -> None:
         # in-page references (url(#hatch-...), a pattern of the same SVG) are fine
         assert external not in page.replace("http://www.w3.org/2000/svg", "").replace("url(#", ""), external
     svgs = re.findall(r"<svg.*?</svg>", page, re.S)
-    assert len(svgs) == 4 + 4 + 1 + 1  # heatmaps, latency kinds, throughput, accuracy
+    # heatmaps, latency kinds, throughput, capacity searches, P/D time, accuracy
+    assert len(svgs) == 4 + 4 + 1 + 9 + 1 + 1
     for svg in svgs:
         ET.fromstring(svg)  # well-formed: everything escaped
     heatmap = svgs[3]  # candidate · pd-nixl
