@@ -102,7 +102,8 @@ def test_equal_standins_pass(tmp_path: Path) -> None:
 
 
 def test_a_slower_candidate_standin_regresses(tmp_path: Path) -> None:
-    result, _ = _run_check(tmp_path, SLOW_ITL_S, "checks.throughput.paired.pairs=4")  # 2.3x: four pairs tell, also beside a loaded machine
+    # a 2.3x slower candidate: four pairs tell it, also on a loaded machine (two were inconclusive there)
+    result, _ = _run_check(tmp_path, SLOW_ITL_S, "checks.throughput.paired.pairs=4")
     assert result.evidence["paired"]["verdict"]["outcome"] == "regress", result.summary
     assert result.metrics["paired_ratio_high"] < 0.7 and 0.3 < result.metrics["paired_ratio"] < 0.6
     assert result.verdict == "fail"
