@@ -14,15 +14,21 @@ if [ "$#" -eq 0 ]; then
 fi
 sudo=""
 if [ "$(id -u)" != 0 ]; then sudo=sudo; fi
+# `make -j` runs several install steps at once and dpkg takes one lock for the whole machine: the
+# steps queue on this lock (and apt waits up to 10 minutes for a dpkg lock held by anything else).
+lock=${CANARY_APT_LOCK:-/tmp/vllm-canary-apt.lock}
+exec 9>> "$lock"
+flock --timeout 900 9 || { echo "mk/apt-install.sh: waited 15 minutes for $lock" >&2; exit 1; }
 install() {
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "$@"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends \
+    -o DPkg::Lock::Timeout=600 "$@"
 }
 if ! apt-cache show "$@" > /dev/null 2>&1; then
   echo "== apt-get update (apt does not know $* yet)"
-  $sudo apt-get update -q
+  $sudo apt-get update -q -o DPkg::Lock::Timeout=600
 fi
 if ! install "$@"; then
   echo "== apt-get update (install failed: package lists out of date?) and retry"
-  $sudo apt-get update -q
+  $sudo apt-get update -q -o DPkg::Lock::Timeout=600
   install "$@"
 fi

@@ -31,7 +31,6 @@ DOCKER ?= docker
 
 CONTAINER_PACKAGES := buildah podman runc catatonit mmdebstrap
 CONTAINER_STAMP := $(TOOLS)/containers.stamp
-CONTAINER_APT_SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 IMAGE_LOGS := .cache/images/logs
 
 # docker where its engine answers, else buildah (decided once per make run). Naming a docker
@@ -62,15 +61,9 @@ $(CONTAINER_STAMP): $(foreach bin,buildah podman runc catatonit mmdebstrap,$(if 
 	    && [ "$$(command -v buildah podman runc catatonit mmdebstrap | wc -l)" = 5 ]; then \
 	  echo "== container tools already installed"; \
 	else \
-	  echo "== apt-get install $(CONTAINER_PACKAGES) (~10 s)"; \
-	  if ! apt-cache show $(CONTAINER_PACKAGES) > /dev/null 2>&1; then \
-	    echo "== apt-get update (apt does not know $(CONTAINER_PACKAGES) yet)"; \
-	    $(CONTAINER_APT_SUDO) apt-get update -qq; \
-	  fi; \
-	  DEBIAN_FRONTEND=noninteractive $(CONTAINER_APT_SUDO) apt-get install -y -qq --no-install-recommends $(CONTAINER_PACKAGES) > /dev/null \
-	  || { echo "== apt-get update (install failed: package lists out of date?) and retry"; \
-	       $(CONTAINER_APT_SUDO) apt-get update -qq && \
-	       DEBIAN_FRONTEND=noninteractive $(CONTAINER_APT_SUDO) apt-get install -y -qq --no-install-recommends $(CONTAINER_PACKAGES) > /dev/null; }; \
+	  echo "== apt-get install $(CONTAINER_PACKAGES) (~10 s; log: $(dir $@)containers-apt.log)"; \
+	  mk/apt-install.sh $(CONTAINER_PACKAGES) > $(dir $@)containers-apt.log 2>&1 \
+	    || { tail -n 30 $(dir $@)containers-apt.log >&2; exit 1; }; \
 	fi
 	@for bin in buildah podman runc catatonit mmdebstrap; do \
 	  command -v $$bin > /dev/null || { echo "$@: $$bin missing after install" >&2; exit 1; }; \
@@ -113,10 +106,11 @@ base-image: $(IMAGE_TOOLS) ## Debian base image from packages (mmdebstrap; cache
 # The three builds run side by side (pip unpacking and layer commits wait on the disk as much as on a
 # core): on a fresh 2-core machine they took 332 s one after another. Under buildah the Debian base they
 # may fall back to is built (or found) first, so two builds never race to build it (not with BASE_SOURCE=pull).
+# Inside a `make -j` (make test) the three share that run's job slots instead of three of their own.
 images-cpu: $(IMAGE_TOOLS) venv ## the controller, router and CPU engine images (cached; what tests/images runs)
 	@if [ "$(CONTAINER_ENGINE)" != docker ] && [ "$(BASE_SOURCE)" != pull ]; then \
 	  $(BUILD_IMAGE) base --ref $(BASE_IMAGE_REF) | { grep -v ': cached (' || true; }; fi
-	@$(MAKE) --no-print-directory -j3 image-canary image-router image-cpu-engine
+	@$(MAKE) --no-print-directory $(if $(findstring jobserver,$(MAKEFLAGS)),,-j3) image-canary image-router image-cpu-engine
 
 image-canary: $(IMAGE_TOOLS) ## the controller image ($(CANARY_IMAGE))
 	@$(BUILD_IMAGE) build --name canary --ref $(CANARY_IMAGE) --file docker/canary/Dockerfile --context . \

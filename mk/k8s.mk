@@ -98,7 +98,7 @@ $(VLLM_SDIST): | $(UNEARTH)
 
 # The sdist of every release a patch series is based on (docker/images.yaml); the 0.33.0 one is
 # $(VLLM_SDIST).
-sdists: $(VLLM_SDIST) ## the sha256-pinned sdist of every base release (cached in .cache/sdist)
+sdists: $(VLLM_SDIST) venv ## the sha256-pinned sdist of every base release (cached in .cache/sdist)
 	@$(IMAGES) patch-check-plan | cut -f1,2 | sort -u | while IFS=$$'\t' read -r release sha; do \
 	  [ -f "$(SDIST_DIR)vllm-$$release.tar.gz" ] && continue; \
 	  release=$$release sha=$$sha $(STEP) sdist-$$release "vllm $$release sdist (sha256-pinned) -> $(SDIST_DIR)vllm-$$release.tar.gz" \
@@ -162,13 +162,14 @@ images-standin: $(IMAGE_TOOLS) sdists venv ## each patched vLLM image on a stand
 	    --build-arg PATCH_SERIES="$$series" --build-arg PATCH_SERIES_SHA256="$$sha" < /dev/null || exit 1; \
 	done <<< "$$plan"
 
-chart-files: ## copy alerts and dashboards into helm/canary/files, the layout probe into helm/vllm-pd/files (a chart cannot read outside itself)
+chart-files: ## copy alerts and dashboards into helm/canary/files, the engine site (sitecustomize, layout probe) into helm/vllm-pd/files (a chart cannot read outside itself)
 	mkdir -p helm/canary/files/dashboards
 	if [ -f configs/alerts/canary-rules.yaml ]; then cp configs/alerts/canary-rules.yaml helm/canary/files/canary-rules.yaml; fi
 	rm -f helm/canary/files/dashboards/*.json
 	for f in configs/dashboards/*.json; do if [ -f "$$f" ]; then cp "$$f" helm/canary/files/dashboards/; fi; done
 	mkdir -p helm/vllm-pd/files
 	cp canary/targets/engine_site/layout_probe.py helm/vllm-pd/files/layout_probe.py
+	cp canary/targets/engine_site/sitecustomize.py helm/vllm-pd/files/sitecustomize.py
 
 test-k8s: venv-dev k8s-tools ## chart, image and Kubernetes-target tests only
 	$(PY) -m pytest tests/k8s tests/images $(PYTEST_ARGS)

@@ -18,16 +18,26 @@ log_dir=${STEP_LOG_DIR:-.cache/logs}
 mkdir -p "$log_dir"
 log="$log_dir/$name.log"
 
-printf '== %s ... ' "$title"
+# Under `make -j` (MAKEFLAGS names a job server) steps run side by side: a line when one starts and
+# a whole line when it ends, so two steps never share a line.
+parallel=0
+case " ${MAKEFLAGS:-} " in *jobserver*|*" -j"*) parallel=1 ;; esac
+if [ "$parallel" = 1 ]; then
+  printf '== %s (started)\n' "$title"
+  end_prefix="== $title: "
+else
+  printf '== %s ... ' "$title"
+  end_prefix=""
+fi
 start=$(date +%s)
 rc=0
 bash -eu -o pipefail -c "$command" > "$log" 2>&1 < /dev/null || rc=$?
 seconds=$(( $(date +%s) - start ))
 if [ "$rc" -eq 0 ]; then
-  printf '%d s\n' "$seconds"
+  printf '%s%d s\n' "$end_prefix" "$seconds"
   exit 0
 fi
-printf 'FAILED after %d s (exit %d)\n' "$seconds" "$rc"
+printf '%sFAILED after %d s (exit %d)\n' "$end_prefix" "$seconds" "$rc"
 {
   echo "$title failed; full log: $log (last 30 lines below)"
   tail -n 30 "$log" | sed 's/^/  | /'

@@ -138,6 +138,15 @@ class NixlTransportConfig(Strict):
         "cross-node also a transport that leaves the node.",
     )
 
+    progress_delay_us: PositiveInt | None = Field(
+        1000,
+        description="Platforms whose NIXL KV buffer is host memory (cpu) only: the least sleep (microseconds) of "
+        "each P/D server's NIXL progress thread between polls, the chart's nixl.progressDelayUs (its engine site's "
+        "sitecustomize.py installs it), as target.local.nixl_progress_delay_us does for local engines: NIXL's own "
+        "busy loop costs a core per engine (an idle CPU pair under podman kube play kept ~86% of a core each). GPU "
+        "platforms keep NIXL as shipped. null: as shipped everywhere.",
+    )
+
     @field_validator("ucx_tls")
     @classmethod
     def _known_transports(cls, value: str | None) -> str | None:

@@ -272,6 +272,8 @@ def stage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stage]:
                 container = next(o for o in objects if o["metadata"]["name"] == f"{name}-{role}")
                 env = container["spec"]["template"]["spec"]["containers"][0]["env"]
                 assert bind[0] in env, (role, env)
+                # render-values' NIXL progress floor for CPU pods (an idle pair spun ~86% of a core each)
+                assert {"name": "CANARY_NIXL_PROGRESS_DELAY_US", "value": "1000"} in env, (role, env)
             stage.engine_objects += objects
             stage.left_out += left_out
             stage.pod_names += [f"{obj['metadata']['name']}-pod-0" for obj in objects if obj["kind"] == "Deployment"]

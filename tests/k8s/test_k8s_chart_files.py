@@ -3,6 +3,7 @@ outside itself): they must equal the originals. `make chart-files` refreshes the
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from k8s_helpers import CHARTS, REPO
 
@@ -27,8 +28,9 @@ def test_chart_dashboards_equal_configs_dashboards() -> None:
         assert copy.read_bytes() == original.read_bytes(), f"{copy.name} is stale: run `make chart-files`"
 
 
-def test_chart_layout_probe_equals_the_engine_site_module() -> None:
-    """The vllm-pd chart mounts the same KV layout probe the local target loads."""
-    original = REPO / "canary" / "targets" / "engine_site" / "layout_probe.py"
-    copy = CHARTS / "vllm-pd" / "files" / "layout_probe.py"
-    assert copy.read_bytes() == original.read_bytes(), "helm/vllm-pd/files/layout_probe.py: run `make chart-files`"
+@pytest.mark.parametrize("module", ["layout_probe.py", "sitecustomize.py"])
+def test_chart_engine_site_equals_the_engine_site_module(module: str) -> None:
+    """The vllm-pd chart mounts the same sitecustomize and KV layout probe the local target loads."""
+    original = REPO / "canary" / "targets" / "engine_site" / module
+    copy = CHARTS / "vllm-pd" / "files" / module
+    assert copy.read_bytes() == original.read_bytes(), f"helm/vllm-pd/files/{module}: run `make chart-files`"

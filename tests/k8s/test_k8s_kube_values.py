@@ -198,6 +198,7 @@ def test_a_cpu_platform_requests_no_gpu_and_no_cuda_transport(tmp_path: Path) ->
     values = render_values(config, list(plan(config).cells))
     cell = values["cells"][0]
     assert cell["gpus"] == 0 and cell["nixl"]["ucxTls"] == "", cell
+    assert cell["nixl"]["progressDelayUs"] == 1000, cell  # NIXL's busy progress loop costs a CPU core
     assert values["nixl"] == {"kvBufferDevice": "cpu"}
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump(values))
@@ -208,6 +209,7 @@ def test_a_cpu_platform_requests_no_gpu_and_no_cuda_transport(tmp_path: Path) ->
     assert rendered.returncode == 0, rendered.stderr
     assert "nvidia.com/gpu" not in rendered.stdout
     assert "UCX_TLS" not in rendered.stdout
+    assert rendered.stdout.count("- name: CANARY_NIXL_PROGRESS_DELAY_US") == 2  # prefill and decode
     transfer = [
         json.loads(args[args.index("--kv-transfer-config") + 1])
         for doc in yaml.safe_load_all(rendered.stdout)
@@ -223,4 +225,5 @@ def test_a_gpu_platform_still_requests_its_gpus_and_cuda_transports() -> None:
     values = render_values(config, list(plan(config).cells))
     pd = next(c for c in values["cells"] if c["topology"] == "pd-nixl")
     assert pd["gpus"] == 2 and "cuda_copy" in pd["nixl"]["ucxTls"]
+    assert "progressDelayUs" not in pd["nixl"]  # GPU nodes keep NIXL as shipped
     assert values["nixl"] == {"kvBufferDevice": "cuda"}

@@ -70,7 +70,8 @@ def test_every_vllm_container_runs_the_layout_probe(mixed_values: tuple[Path, di
     (config_map,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] == "t-layout-probe"]
     probe = (REPO / "canary" / "targets" / "engine_site" / "layout_probe.py").read_text()
     assert config_map["data"]["layout_probe.py"].strip() == probe.strip()
-    assert "layout_probe.install()" in config_map["data"]["sitecustomize.py"]
+    site = (REPO / "canary" / "targets" / "engine_site" / "sitecustomize.py").read_text()
+    assert config_map["data"]["sitecustomize.py"].strip() == site.strip()
     containers = _vllm_containers(docs)
     assert containers
     for container in containers:
@@ -78,9 +79,51 @@ def test_every_vllm_container_runs_the_layout_probe(mixed_values: tuple[Path, di
         assert env["PYTHONPATH"] == "/opt/vllm-canary/probe" and env["CANARY_LAYOUT_DIR"] == "/tmp/canary-layout"
         mount = next(m for m in container["volumeMounts"] if m["name"] == "layout-probe")
         assert mount == {"name": "layout-probe", "mountPath": "/opt/vllm-canary/probe", "readOnly": True}
+        assert "CANARY_NIXL_PROGRESS_DELAY_US" not in env  # a GPU matrix keeps NIXL as shipped
     off = render("vllm-pd", helm_home, [path], extra=["--set", "vllm.layoutProbe.enabled=false"])
     assert by_kind(off, "ConfigMap") == []
     assert all("PYTHONPATH" not in env_of(c) for c in _vllm_containers(off))
+
+
+def test_a_nixl_progress_floor_reaches_the_pd_servers_through_the_engine_site(
+    mixed_values: tuple[Path, dict[str, Any]], helm_home: Path
+) -> None:
+    # nixl.progressDelayUs: the P/D servers get CANARY_NIXL_PROGRESS_DELAY_US, read by the engine
+    # site's sitecustomize.py, which stays mounted (and on PYTHONPATH) with the layout probe off; an
+    # aggregated server has no NIXL agent and gets nothing; a cell's own value wins.
+    path, values = mixed_values
+    pd_names = {c["name"] for c in values["cells"] if c["topology"] == "pd-nixl"}
+    first = next(c for c in values["cells"] if c["topology"] == "pd-nixl")
+    cells = copy.deepcopy(values["cells"])
+    for cell in cells:
+        if cell["id"] == first["id"]:
+            cell["nixl"] = {**cell["nixl"], "progressDelayUs": 250}
+    cells_file = path.parent / "floor-cells.yaml"
+    cells_file.write_text(yaml.safe_dump({"cells": cells}), encoding="utf-8")
+    docs = render(
+        "vllm-pd", helm_home, [path, cells_file],
+        extra=["--set", "vllm.layoutProbe.enabled=false", "--set", "nixl.progressDelayUs=1000"],
+    )  # fmt: skip
+    assert validate(docs, load_crd_schemas()) == []
+    (config_map,) = by_kind(docs, "ConfigMap")
+    assert "sitecustomize.py" in config_map["data"] and "PROGRESS_DELAY_ENV" in config_map["data"]["sitecustomize.py"]
+    seen = {}
+    for deployment in by_kind(docs, "Deployment"):
+        labels = deployment["metadata"]["labels"]
+        if labels.get("canary.vllm.dev/role") == "router":
+            continue
+        env = env_of(deployment["spec"]["template"]["spec"]["containers"][0])
+        seen[deployment["metadata"]["name"]] = env.get("CANARY_NIXL_PROGRESS_DELAY_US")
+        assert env["PYTHONPATH"] == "/opt/vllm-canary/probe" and "CANARY_LAYOUT_DIR" not in env
+    for name, floor in seen.items():
+        cell_name = name.rsplit("-", 1)[0]
+        if cell_name not in pd_names:
+            assert floor is None, (name, floor)
+        elif cell_name == first["name"]:
+            assert floor == "250", (name, floor)
+        else:
+            assert floor == "1000", (name, floor)
+    assert sorted(set(seen.values()) - {None}) == ["1000", "250"] or len(pd_names) == 1, seen
 
 
 def test_mixed_pair_renders_each_side_with_its_own_image_and_runner(

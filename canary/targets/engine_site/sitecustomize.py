@@ -17,7 +17,8 @@ same request takes 0.2 s. Nothing is imported early: the hook acts when vLLM imp
 
 3. With CANARY_LAYOUT_DIR=DIR, load the read-only KV layout probe (layout_probe.py beside this
 file): it records the KV grain the engine allocates, registers with NIXL and transfers into
-DIR/layout.<pid>.json. On every platform (the Kubernetes chart mounts this directory too).
+DIR/layout.<pid>.json. On every platform (the Kubernetes chart mounts a copy of this file and the
+layout probe from a ConfigMap: helm/vllm-pd/files, `make chart-files`).
 With it, the request timing recorder (timing_probe.py): one line per request and per KV read
 into DIR/timing.<pid>.jsonl, which the throughput check joins into the P/D time decomposition.
 """
@@ -127,9 +128,12 @@ def _install_nixl_hook() -> None:
 def _install_layout_probe() -> None:
     if not os.environ.get("CANARY_LAYOUT_DIR"):
         return
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
     try:
         for name in ("layout_probe", "timing_probe"):  # this directory's modules, not a package
+            if not os.path.isfile(os.path.join(here, f"{name}.py")):
+                continue  # the Kubernetes chart ships the layout probe only (nothing reads timing there)
             try:
                 importlib.import_module(name).install()
             except Exception as exc:

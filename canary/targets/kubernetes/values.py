@@ -3,7 +3,8 @@
 `canary render-values CONFIG -o values.yaml` calls `render_values`; the controller's waves
 (canary.targets.kubernetes.waves) call it per wave. The output sets only what the config decides (the
 run id, the cells, the router image, the pods' imagePullSecrets from target.kubernetes.image_pull_secrets,
-and for P/D cells the placement of prefill and decode and NIXL's UCX_TLS, from target.kubernetes.nixl);
+and for P/D cells the placement of prefill and decode, NIXL's UCX_TLS and on CPU platforms its progress
+floor, from target.kubernetes.nixl);
 cluster settings (GPUs, node selectors, RDMA, the model cache) stay in the chart's values or another
 `-f` file.
 
@@ -100,6 +101,8 @@ def _cell_values(config: CanaryConfig, cell: Cell, series_hashes: dict[str, str]
         # Host memory: UCX picks its transports unless the config names them (the placement defaults
         # are CUDA transports, which a CPU engine has nothing to move with).
         values["nixl"] = {"placement": nixl.placement, "ucxTls": (nixl.ucx_tls or "") if on_host else nixl.tls}
+        if on_host and nixl.progress_delay_us is not None:  # CPU engines cannot spare a polling core each
+            values["nixl"]["progressDelayUs"] = nixl.progress_delay_us
     if model.extra_args:
         values["extraArgs"] = list(model.extra_args)
     if cell.risks:

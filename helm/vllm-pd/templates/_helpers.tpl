@@ -120,6 +120,29 @@ UCX_TLS of a P/D cell: the cell's nixl.ucxTls, else the chart's nixl.ucx.tls.
 {{- end -}}
 
 {{/*
+The NIXL progress floor of a P/D cell (microseconds): the cell's nixl.progressDelayUs, else the chart's.
+*/}}
+{{- define "vllm-pd.progressDelayUs" -}}
+{{- $nixl := .cell.nixl | default dict -}}
+{{- if hasKey $nixl "progressDelayUs" -}}{{- int $nixl.progressDelayUs -}}{{- else -}}{{- int .root.Values.nixl.progressDelayUs -}}{{- end -}}
+{{- end -}}
+
+{{/*
+"true" when the vLLM pods mount the engine site (the ConfigMap of sitecustomize.py and the layout
+probe): for the layout probe, or for a NIXL progress floor, which sitecustomize.py installs.
+Call with the root context.
+*/}}
+{{- define "vllm-pd.engineSite" -}}
+{{- $on := .Values.vllm.layoutProbe.enabled -}}
+{{- if gt (int .Values.nixl.progressDelayUs) 0 }}{{ $on = true }}{{ end -}}
+{{- range .Values.cells }}
+{{- $nixl := .nixl | default dict -}}
+{{- if gt (int ($nixl.progressDelayUs | default 0)) 0 }}{{ $on = true }}{{ end -}}
+{{- end -}}
+{{- if $on }}true{{ end -}}
+{{- end -}}
+
+{{/*
 Scheduling of a vLLM pod of one role (a YAML dict: nodeSelector, tolerations, affinity,
 priorityClassName): the chart's settings, and for the decode pods of a P/D cell a required pod
 affinity (same-node) or anti-affinity (cross-node) to the cell's prefill pods on
@@ -272,6 +295,11 @@ vLLM server env of one role of one cell (a YAML list).
 - name: {{ $name }}
   value: {{ $value | toString | quote }}
 {{- end }}
+{{- $floor := include "vllm-pd.progressDelayUs" . }}
+{{- if gt (int $floor) 0 }}
+- name: CANARY_NIXL_PROGRESS_DELAY_US
+  value: {{ $floor | quote }}
+{{- end }}
 {{- end }}
 {{- if .root.Values.hfToken.secretName }}
 - name: HF_TOKEN_PATH
@@ -281,9 +309,11 @@ vLLM server env of one role of one cell (a YAML list).
 - name: HF_HOME
   value: {{ printf "%s/huggingface" .root.Values.modelCache.mountPath | quote }}
 {{- end }}
-{{- if .root.Values.vllm.layoutProbe.enabled }}
+{{- if include "vllm-pd.engineSite" .root }}
 - name: PYTHONPATH
   value: /opt/vllm-canary/probe
+{{- end }}
+{{- if .root.Values.vllm.layoutProbe.enabled }}
 - name: CANARY_LAYOUT_DIR
   value: /tmp/canary-layout
 {{- end }}
@@ -304,7 +334,7 @@ Volume mounts of a vLLM container.
 {{- define "vllm-pd.vllmVolumeMounts" -}}
 - name: shm
   mountPath: /dev/shm
-{{- if .Values.vllm.layoutProbe.enabled }}
+{{- if include "vllm-pd.engineSite" . }}
 - name: layout-probe
   mountPath: /opt/vllm-canary/probe
   readOnly: true
@@ -332,7 +362,7 @@ Volumes of a vLLM pod.
   emptyDir:
     medium: Memory
     sizeLimit: {{ .Values.vllm.shmSize }}
-{{- if .Values.vllm.layoutProbe.enabled }}
+{{- if include "vllm-pd.engineSite" . }}
 - name: layout-probe
   configMap:
     name: {{ include "vllm-pd.layoutProbeName" . }}
@@ -461,7 +491,7 @@ affinity:
 
 
 {{/*
-Name of the ConfigMap that carries the KV layout probe (one per release).
+Name of the ConfigMap that carries the engine site: sitecustomize.py and the KV layout probe (one per release).
 */}}
 {{- define "vllm-pd.layoutProbeName" -}}
 {{- printf "%s-layout-probe" .Release.Name | trunc 63 | trimSuffix "-" -}}
