@@ -107,10 +107,15 @@ base-image: $(IMAGE_TOOLS) ## Debian base image from packages (mmdebstrap; cache
 # core): on a fresh 2-core machine they took 332 s one after another. Under buildah the Debian base they
 # may fall back to is built (or found) first, so two builds never race to build it (not with BASE_SOURCE=pull).
 # Inside a `make -j` (make test) the three share that run's job slots instead of three of their own.
-images-cpu: $(IMAGE_TOOLS) venv ## the controller, router and CPU engine images (cached; what tests/images runs)
+images-cpu: $(IMAGE_TOOLS) venv base-fallback ## the controller, router and CPU engine images (cached; what tests/images runs)
+	@$(MAKE) --no-print-directory $(if $(findstring jobserver,$(MAKEFLAGS)),,-j3) image-canary image-router image-cpu-engine
+
+# The Debian base every build here may fall back to, built (or found) once before any of them
+# (images-cpu, images-standin); nothing under docker or BASE_SOURCE=pull.
+.PHONY: base-fallback
+base-fallback: $(IMAGE_TOOLS)
 	@if [ "$(CONTAINER_ENGINE)" != docker ] && [ "$(BASE_SOURCE)" != pull ]; then \
 	  $(BUILD_IMAGE) base --ref $(BASE_IMAGE_REF) | { grep -v ': cached (' || true; }; fi
-	@$(MAKE) --no-print-directory $(if $(findstring jobserver,$(MAKEFLAGS)),,-j3) image-canary image-router image-cpu-engine
 
 image-canary: $(IMAGE_TOOLS) ## the controller image ($(CANARY_IMAGE))
 	@$(BUILD_IMAGE) build --name canary --ref $(CANARY_IMAGE) --file docker/canary/Dockerfile --context . \

@@ -147,7 +147,10 @@ images: docker-engine patch-check images-cpu ## every image: images-cpu plus eac
 # every step runs for real (pins verified, the series applied with no fuzz inside the image's
 # site-packages, compiled, build-info.json). Tagged localhost/vllm-patched-standin:<tag of the real
 # image>, never the real reference: it is not an engine (tests/images/test_patched_standin.py).
-images-standin: $(IMAGE_TOOLS) sdists venv ## each patched vLLM image on a stand-in of its upstream base (no CUDA: proves the build and the series, not the engine)
+# `make test` builds them beside the other images (TEST_EXTRA); the test's own `make images-standin`
+# then finds them cached.
+TEST_EXTRA += images-standin
+images-standin: $(IMAGE_TOOLS) sdists venv base-fallback ## each patched vLLM image on a stand-in of its upstream base (no CUDA: proves the build and the series, not the engine)
 	@plan="$$($(IMAGES) build-plan)"; \
 	while IFS=$$'\t' read -r ref base release series sha flashinfer nixl; do \
 	  standin="localhost/vllm-openai-standin:v$$release"; \
