@@ -173,6 +173,7 @@ chart-files: ## copy alerts and dashboards into helm/canary/files, the engine si
 	mkdir -p helm/vllm-pd/files
 	cp canary/targets/engine_site/layout_probe.py helm/vllm-pd/files/layout_probe.py
 	cp canary/targets/engine_site/sitecustomize.py helm/vllm-pd/files/sitecustomize.py
+	cp canary/targets/engine_site/after_import.py helm/vllm-pd/files/after_import.py
 
 test-k8s: venv-dev k8s-tools ## chart, image and Kubernetes-target tests only
 	$(PY) -m pytest tests/k8s tests/images $(PYTEST_ARGS)

@@ -72,6 +72,8 @@ def test_every_vllm_container_runs_the_layout_probe(mixed_values: tuple[Path, di
     assert config_map["data"]["layout_probe.py"].strip() == probe.strip()
     site = (REPO / "canary" / "targets" / "engine_site" / "sitecustomize.py").read_text()
     assert config_map["data"]["sitecustomize.py"].strip() == site.strip()
+    hook = (REPO / "canary" / "targets" / "engine_site" / "after_import.py").read_text()
+    assert config_map["data"]["after_import.py"].strip() == hook.strip()
     containers = _vllm_containers(docs)
     assert containers
     for container in containers:

@@ -43,9 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import json
 import os
 import sys
@@ -54,6 +51,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
+
+try:  # as canary.targets.engine_site.layout_probe (the controller, the tests)
+    from .after_import import AfterImport
+    from .after_import import install as install_after_import
+except ImportError:  # as a top-level module beside sitecustomize.py (inside an engine)
+    from after_import import AfterImport  # type: ignore[no-redef,import-not-found]
+    from after_import import install as install_after_import  # type: ignore[no-redef]
 
 LAYOUT_DIR_ENV = "CANARY_LAYOUT_DIR"
 LOG_PREFIX = "canary-layout-probe: "
@@ -545,41 +549,15 @@ def install_hooks(recorder: Recorder, module: ModuleType) -> None:
             recorder.record["hooks"].setdefault(hook, "installed")
 
 
-class _ImportHook(importlib.abc.MetaPathFinder):
-    """Installs the hooks right after a hooked module is first executed."""
-
-    def __init__(self, recorder: Recorder) -> None:
-        self.recorder = recorder
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in HOOKS:
-            return None
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return None
-        loader, recorder = spec.loader, self.recorder
-        original = loader.exec_module
-
-        def exec_module(module: ModuleType) -> None:
-            original(module)
-            try:
-                install_hooks(recorder, module)
-            except Exception as exc:
-                recorder.hook_status(fullname, f"error: {type(exc).__name__}: {exc}")
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
 def install() -> Recorder | None:
     """Install the import hook when CANARY_LAYOUT_DIR is set (sitecustomize calls this)."""
     directory = os.environ.get(LAYOUT_DIR_ENV, "")
     if not directory:
         return None
     recorder = Recorder(directory)
-    sys.meta_path.insert(0, _ImportHook(recorder))
+
+    def on_error(name: str, exc: Exception) -> None:
+        recorder.hook_status(name, f"error: {type(exc).__name__}: {exc}")
+
+    install_after_import(AfterImport(HOOKS.__contains__, functools.partial(install_hooks, recorder), on_error))
     return recorder

@@ -26,6 +26,7 @@ into DIR/timing.<pid>.jsonl, which the throughput check joins into the P/D time 
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -34,6 +35,13 @@ import platform
 import sys
 from types import ModuleType
 from typing import Any
+
+try:  # as canary.targets.engine_site.sitecustomize (the tests)
+    from .after_import import AfterImport
+    from .after_import import install as install_after_import
+except ImportError:  # as the interpreter's sitecustomize, its directory on PYTHONPATH (inside an engine)
+    from after_import import AfterImport  # type: ignore[no-redef,import-not-found]
+    from after_import import install as install_after_import  # type: ignore[no-redef]
 
 _SYS_ARCH_PRCTL = 158  # x86_64
 _ARCH_REQ_XCOMP_PERM = 0x1023
@@ -86,32 +94,14 @@ def _floor_progress_delay(api: ModuleType, floor_us: int) -> None:
     setattr(api, "nixlBind", Bindings())  # noqa: B010 (a module attribute mypy cannot know)
 
 
-class _NixlApiHook(importlib.abc.MetaPathFinder):
-    """Patches `nixl*._api` (nixl, nixl_cu12, ...) right after it is first executed."""
+def _is_nixl_api(name: str) -> bool:
+    """`nixl._api`, `nixl_cu12._api`, ...: the module whose nixlBind the floor wraps."""
+    return name.startswith("nixl") and name.endswith("._api")
 
-    def __init__(self, floor_us: int) -> None:
-        self.floor_us = floor_us
 
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if not (fullname.startswith("nixl") and fullname.endswith("._api")):
-            return None
-        sys.meta_path.remove(self)  # find the real spec without finding ourselves
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return None
-        loader, floor_us = spec.loader, self.floor_us
-        original = loader.exec_module
-
-        def exec_module(module: ModuleType) -> None:
-            original(module)
-            if hasattr(module, "nixlBind"):
-                _floor_progress_delay(module, floor_us)
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
+def _floor_if_bound(floor_us: int, module: ModuleType) -> None:
+    if hasattr(module, "nixlBind"):
+        _floor_progress_delay(module, floor_us)
 
 
 def _install_nixl_hook() -> None:
@@ -122,7 +112,7 @@ def _install_nixl_hook() -> None:
         print(f"sitecustomize: ignoring {PROGRESS_DELAY_ENV}={raw!r} (not an integer)", file=sys.stderr)
         return
     if floor_us > 0:
-        sys.meta_path.insert(0, _NixlApiHook(floor_us))
+        install_after_import(AfterImport(_is_nixl_api, functools.partial(_floor_if_bound, floor_us)))
 
 
 def _install_layout_probe() -> None:
