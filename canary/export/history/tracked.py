@@ -12,4 +12,7 @@ TRACKED: dict[str, str] = {
     "ttft_p50_s": "ttft_p50_s_change_worse_ratio",
     "tpot_p50_s": "tpot_p50_s_change_worse_ratio",
     "e2e_p50_s": "e2e_p50_s_change_worse_ratio",
+    # the SLO capacity search's estimate (checks.throughput.capacity, off by default): a series only
+    # where it ran, so a night-over-night capacity drop is found like a throughput one
+    "capacity_requests_per_s": "capacity_requests_per_s_change_worse_ratio",
 }

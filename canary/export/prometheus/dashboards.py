@@ -930,6 +930,26 @@ def _latency_panel(kind: str) -> gts.Panel:
     )
 
 
+def _capacity_regression_panel() -> gts.Panel:
+    """The candidate's capacity interval top over the baseline's bottom, as CanaryCapacityRegression compares."""
+    regression = alerts.rule("CanaryCapacityRegression")
+    return _with_threshold_line(
+        _timeseries(
+            "Candidate capacity top / baseline capacity bottom",
+            f"The ${LIMIT_VAR} lowest cells on a candidate image: the upper end of its SLO capacity interval over "
+            "the lower end of the same cell's on the baseline image (same run), the ratio "
+            f"CanaryCapacityRegression compares, with its threshold as the red line ({regression.threshold:.0%}): "
+            "below it the candidate carries less traffic beyond the search's uncertainty; at or above it the "
+            "intervals overlap. " + explain("SLO capacity"),
+            U_RATIO,
+            _query(top(on_cells(regression.value_expr), worst="bottomk"), "{{cell}}"),
+        ),
+        regression.threshold,
+        below="red",
+        above="green",
+    )
+
+
 def _capacity_panels() -> tuple[gts.Panel, gtable.Panel, gts.Panel, gtable.Panel]:
     """SLO capacity with its interval (the lowest cells and every cell), and the disaggregation gain."""
     lowest = top(f"{s.CAPACITY.name}{selector()}", worst="bottomk")
@@ -1148,6 +1168,7 @@ def performance() -> gdash.Dashboard:
         .with_row(gdash.Row("SLO capacity and disaggregation gain"))
         .with_panel(capacity_chart)
         .with_panel(capacity_table)
+        .with_panel(_capacity_regression_panel())
         .with_panel(gain_chart)
         .with_panel(gain_table)
         .with_row(gdash.Row("Latency under load"))

