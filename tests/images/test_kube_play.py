@@ -264,8 +264,14 @@ def stage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stage]:
             cell_id, name = str(cell["id"]), str(cell["name"])
             values = _merge(rendered, kp.engine_values(MODEL_CLAIM, [cell], stage.ports))
             objects, left_out = kp.playable(kp.helm_template("vllm-pd", kp.RELEASE, values, work))
+            # every engine pod's writable home (the chart's compile caches: TorchInductor's C++ kernels
+            # took ~25 s of each engine's first requests) is one host folder: the second pair reuses what
+            # the first compiled, as pods sharing a ReadWriteMany cache would
+            home = {"home": work / "engine-home"}
             objects = [
-                kp.empty_dirs_as_host_paths(kp.claims_as_host_paths(obj, {MODEL_CLAIM: model}), work / "empty", memory)
+                kp.empty_dirs_as_host_paths(
+                    kp.claims_as_host_paths(obj, {MODEL_CLAIM: model}), work / "empty", memory, shared=home
+                )
                 for obj in objects
             ]
             for role, bind in kp.role_cores().items():  # the chart's vllm.roleEnv reached the role's container

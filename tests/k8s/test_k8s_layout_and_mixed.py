@@ -82,6 +82,9 @@ def test_every_vllm_container_runs_the_layout_probe(mixed_values: tuple[Path, di
         mount = next(m for m in container["volumeMounts"] if m["name"] == "layout-probe")
         assert mount == {"name": "layout-probe", "mountPath": "/opt/vllm-canary/probe", "readOnly": True}
         assert "CANARY_NIXL_PROGRESS_DELAY_US" not in env  # a GPU matrix keeps NIXL as shipped
+        # TorchInductor's kernels go to the sized, writable home (a cache a pod may share), not /tmp
+        home = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "home")
+        assert env["TORCHINDUCTOR_CACHE_DIR"].startswith(home + "/"), env
     off = render("vllm-pd", helm_home, [path], extra=["--set", "vllm.layoutProbe.enabled=false"])
     assert by_kind(off, "ConfigMap") == []
     assert all("PYTHONPATH" not in env_of(c) for c in _vllm_containers(off))

@@ -303,17 +303,21 @@ def claims_as_host_paths(obj: dict[str, Any], claims: Mapping[str, Path]) -> dic
     return obj
 
 
-def empty_dirs_as_host_paths(obj: dict[str, Any], disk: Path, memory: Path) -> dict[str, Any]:
+def empty_dirs_as_host_paths(
+    obj: dict[str, Any], disk: Path, memory: Path, shared: Mapping[str, Path] | None = None
+) -> dict[str, Any]:
     """Each emptyDir of a workload becomes a fresh host directory of its pod, world-writable as
     Kubernetes makes them (`memory` for medium: Memory, a tmpfs such as /dev/shm): podman 4.3 plays
-    an emptyDir as a named volume, shared by every pod that names it alike and kept between runs."""
+    an emptyDir as a named volume, shared by every pod that names it alike and kept between runs.
+    A volume named in `shared` becomes that one directory in every pod instead (a cache the pods may
+    share, as a ReadWriteMany claim would be)."""
     spec = _pod_spec(obj)
     for volume in (spec or {}).get("volumes", []):
         empty = volume.get("emptyDir")
         if empty is None:
             continue
         base = memory if empty.get("medium") == "Memory" else disk
-        directory = base / obj["metadata"]["name"] / volume["name"]
+        directory = (shared or {}).get(volume["name"]) or base / obj["metadata"]["name"] / volume["name"]
         directory.mkdir(parents=True, exist_ok=True)
         directory.chmod(0o1777)
         del volume["emptyDir"]

@@ -272,6 +272,8 @@ vLLM server env of one role of one cell (a YAML list).
   value: /home/vllm-canary
 - name: XDG_CACHE_HOME
   value: /home/vllm-canary/.cache
+- name: TORCHINDUCTOR_CACHE_DIR
+  value: /home/vllm-canary/.cache/torchinductor
 - name: USER
   value: vllm
 - name: TMPDIR
