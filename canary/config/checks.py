@@ -261,8 +261,12 @@ class LoadParityConfig(Strict):
         description="Sample prompt lengths in tokens, used in turn (each sample a distinct prompt: no prefix-cache "
         "hit on decode); long enough to load several KV blocks.",
     )
-    start_after_s: float = Field(
-        1.0, ge=0, description="Seconds after the load process is started before the first sample is sent."
+    start_wait_s: float = Field(
+        10.0,
+        ge=0,
+        description="The longest wait, after the load process is started, for its first requests to show on the "
+        "cell's engines (/metrics: requests running or waiting) before the first sample is sent; a sample that "
+        "did not run entirely inside the load is left out.",
     )
     min_samples: PositiveInt = Field(
         3,

@@ -29,9 +29,10 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 FAULT = "tests/faults/11-pd-kv-race-under-load/series"
 CHECKS: dict[str, Any] = {
-    "parity": {"max_tokens": 16},
+    # prompts of 1 to 9 blocks: the fault's pool holds the wave of 5, corruption shows beyond the first block
+    "parity": {"max_tokens": 16, "block_relative": False, "prompt_lengths": [8, 33, 65, 129, 257]},
     "throughput": {
-        "num_requests": 40,
+        "num_requests": 32,
         "warmup_requests": 4,
         "concurrency": 4,
         "max_attempts": 1,
@@ -78,9 +79,12 @@ def test_parity_under_load_passes_a_clean_pair_and_fails_a_kv_race_that_sequenti
     ) as (_, faulty):
         engine_cells.require_started(faulty)
         ctx = check_context(faulty, config, tmp_path / "fault", earlier)
+        fault_started = time.monotonic()
         sequential = parity_check(ctx)
         ctx.checked["parity"] = sequential
+        parity_s = time.monotonic() - fault_started
         loaded = throughput_check(ctx)
+        loaded_s = time.monotonic() - fault_started - parity_s
         logs = "".join(s.log_path.read_text(errors="replace") for s in faulty.servers.values() if s.log_path)
     assert "/overlays/" in logs, "the pair ran the patched copy of vllm"
     assert sequential.verdict == "pass", sequential.summary
@@ -90,8 +94,11 @@ def test_parity_under_load_passes_a_clean_pair_and_fails_a_kv_race_that_sequenti
     assert loaded.metrics[keys.LOAD_PARITY_FAILING] >= 1
     rows = loaded.evidence[EVIDENCE_KEY]["per_prompt"]
     assert any(r["beyond_noise"] for r in rows)
+    assert "first_failing_sample" in loaded.evidence[EVIDENCE_KEY]
     print(
-        f"control {control_s:.1f}s, clean pair {clean_s:.1f}s "
-        f"(load parity {clean.metrics[keys.LOAD_PARITY_SECONDS]:.1f}s of it); "
-        f"fault: {loaded.evidence[EVIDENCE_KEY]['summary']}"
+        f"\ncontrol {control_s:.1f}s (load parity {agg.metrics[keys.LOAD_PARITY_SECONDS]:.1f}s of it, "
+        f"{agg.metrics['requests_per_s']:.1f} req/s); clean pair {clean_s:.1f}s (load parity "
+        f"{clean.metrics[keys.LOAD_PARITY_SECONDS]:.1f}s, {clean.metrics['requests_per_s']:.1f} req/s); "
+        f"faulty pair: parity {parity_s:.1f}s ({sequential.summary}), throughput {loaded_s:.1f}s: "
+        f"{loaded.evidence[EVIDENCE_KEY]['summary']}"
     )

@@ -11,7 +11,8 @@ it runs, and judged after it with the parity check's comparator and gates:
   prompt cut from the parity items after the parity check's own (no shared first block with any
   parity prompt or other sample: a P/D decode never serves one from its prefix cache).
 - **Share.** up to ceil(share x num_requests) samples, max(1, round(share x concurrency)) in flight,
-  from `start_after_s` after the load process starts until it ends, on the first run of the first
+  from when the load's first requests show on the cell's engines (their /metrics: requests running
+  or waiting; at most `start_wait_s`) until it ends, on the first run of the first
   attempt only (a re-measurement would send the same prompts into a warm prefix cache). A sample
   counts only if it ran entirely inside the load window (the first load request's send to the last
   one's end); the others are recorded and left out.
@@ -46,6 +47,8 @@ from canary.checks.parity.prompts import STRIDE, ParityPrompt, PromptError, buil
 from canary.checks.parity.reference import LOAD_NULL_ARM, Reference, reference_from_evidence
 from canary.config import CanaryConfig, LoadParityConfig
 from canary.core import metric_keys as keys
+from canary.core import promtext
+from canary.errors import CanaryError
 from canary.judge.results import CheckResult, Gate
 from canary.judge.verdicts import VERDICT_CODES, Verdict
 from canary.load.stats import Sample as LoadSample
@@ -140,6 +143,29 @@ def load_window(samples: Sequence[LoadSample]) -> tuple[float, float] | None:
     return min(s.sent_at for s in samples), max(s.ended_at for s in samples)
 
 
+POLL_S = 0.05
+"""How often the rider asks whether the load has reached the server."""
+LOAD_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+"""An engine's gauges that show the load has arrived."""
+
+
+def load_started(metrics_urls: Sequence[str], timeout_s: float = 1.0) -> Callable[[], bool]:
+    """Whether any of these engines (their /metrics) has a request running or waiting: the load's first
+    requests have arrived (the rider has sent nothing yet). An engine that does not answer counts as idle."""
+
+    def started() -> bool:
+        for url in metrics_urls:
+            try:
+                samples = promtext.scrape(url, timeout_s)
+            except CanaryError:
+                continue
+            if any(s.name in LOAD_GAUGES and s.value > 0 for s in samples):
+                return True
+        return False
+
+    return started
+
+
 Send = Callable[[ParityPrompt], Series]
 """A greedy generation of a sample prompt (through the cell's endpoint)."""
 Rescorer = Callable[[ParityPrompt, Series], Series]
@@ -148,7 +174,8 @@ Rescorer = Callable[[ParityPrompt, Series], Series]
 
 @dataclass
 class Rider:
-    """Sends sample prompts from `in_flight` threads, from `start_after_s` after start() until stop().
+    """Sends sample prompts from `in_flight` threads, from when the load shows (`load_started`, at most
+    `start_wait_s` after start()) until stop().
 
     Each thread takes the next unsent prompt, sends it with `send` (a greedy generation), records it
     and takes the next, until the prompts run out or stop() is called (a sample in flight then
@@ -157,7 +184,10 @@ class Rider:
     send: Send
     prompts: Sequence[ParityPrompt]
     in_flight: int
-    start_after_s: float = 0.0
+    start_wait_s: float = 0.0
+    """The longest wait for `load_started` before the first sample (without it: the wait itself)."""
+    load_started: Callable[[], bool] | None = None
+    """Whether the load is on the server yet (polled every POLL_S)."""
     clock: Callable[[], float] = time.time
     ridden: list[Ridden] = field(default_factory=list)
     window: tuple[float, float] | None = None
@@ -165,6 +195,7 @@ class Rider:
     _next: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _go: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def _take(self) -> ParityPrompt | None:
@@ -175,9 +206,22 @@ class Rider:
             self._next += 1
             return prompt
 
-    def _loop(self) -> None:
-        if self._stop.wait(self.start_after_s):
-            return
+    def _await_load(self) -> None:
+        """Until the load shows on the server (or start_wait_s passed): then every thread may send."""
+        deadline = time.monotonic() + self.start_wait_s
+        if self.load_started is None:
+            self._stop.wait(self.start_wait_s)
+        else:
+            while not self._stop.is_set() and time.monotonic() < deadline and not self.load_started():
+                self._stop.wait(POLL_S)
+        self._go.set()
+
+    def _loop(self, first: bool) -> None:
+        if first:
+            self._await_load()
+        while not self._go.wait(POLL_S):
+            if self._stop.is_set():
+                return
         while (prompt := self._take()) is not None:
             sent = self.clock()
             try:
@@ -191,7 +235,7 @@ class Rider:
     def start(self) -> None:
         """Start the sending threads."""
         for index in range(self.in_flight):
-            thread = threading.Thread(target=self._loop, name=f"load-parity-{index}", daemon=True)
+            thread = threading.Thread(target=self._loop, args=(index == 0,), name=f"load-parity-{index}", daemon=True)
             self._threads.append(thread)
             thread.start()
 
@@ -237,7 +281,12 @@ class Prepared:
             )
 
         cfg = ctx.config.checks.throughput.load_parity
-        return Rider(send, self.prompts, self.in_flight, cfg.start_after_s)
+        engines = [
+            server.metrics_url
+            for role, server in ctx.deployment.servers.items()
+            if role != "router" and server.metrics_url is not None
+        ]
+        return Rider(send, self.prompts, self.in_flight, cfg.start_wait_s, load_started(engines) if engines else None)
 
 
 @dataclass
@@ -278,6 +327,7 @@ def prepare(ctx: CheckContext) -> Prepared | Outcome:
             load = {}
             if found is not None:
                 refs, source = found
+                prompts = [r.prompt for r in refs]  # only what the control has a reference for
             else:
                 prefill = ctx.deployment.server("prefill")
                 if prefill is None:
@@ -371,6 +421,13 @@ def judge_pair(ctx: CheckContext, prepared: Prepared, rider: Rider | None, resco
     evidence["gates"] = [g.model_dump(mode="json") for g in judged.gates]
     verdict: Verdict = "pass" if judged.verdict == "pass" else "fail"
     summary = f"parity under load ({len(used)} samples, {null_n} under load on the control): {judged.summary}"
+    sent = [s.sent_at for s, row in zip(inside, rows, strict=True) if row[0].evidence]
+    onset = _onset(evidence.get("per_prompt", []), sent, None if rider is None else rider.window)
+    if onset is not None:
+        evidence["first_failing_sample"] = onset
+        summary += (
+            f"; first beyond the floor: sample {onset['sample']} of {len(used)}, {onset['into_load_s']} s into the load"
+        )
     gate = Gate(
         name=GATE,
         passed=verdict == "pass",
@@ -379,6 +436,18 @@ def judge_pair(ctx: CheckContext, prepared: Prepared, rider: Rider | None, resco
         detail=summary,
     )
     return Outcome(verdict, summary, metrics, gate, evidence)
+
+
+def _onset(
+    rows: Sequence[dict[str, Any]], sent: Sequence[float], window: tuple[float, float] | None
+) -> dict[str, Any] | None:
+    """The first failing sample in send order (1-based) and when it was sent after the load began: a
+    fault that needs load shows clean samples first, a fault of every transfer fails from the first."""
+    for index, (row, at) in enumerate(zip(rows, sent, strict=True)):
+        if row.get("beyond_noise"):
+            start = window[0] if window is not None else at
+            return {"sample": index + 1, "into_load_s": round(at - start, 2)}
+    return None
 
 
 def _rate(fidelities: Sequence[Fidelity]) -> float:

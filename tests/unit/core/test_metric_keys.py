@@ -127,7 +127,8 @@ def _load_parity(work: Path) -> set[str]:
     startup = CheckResult(name="startup", verdict="pass")
     earlier = {agg_cell.id: CellResult(cell=agg_cell, verdict="pass", checks=[startup, control])}
     pair = load_parity.throughput_result()
-    finish(load_parity.context(load_parity.PD, work, earlier), prepared, load_parity.rode(samples), pair, lambda _, s: s)
+    ctx = load_parity.context(load_parity.PD, work, earlier)
+    finish(ctx, prepared, load_parity.rode(samples), pair, lambda _, s: s)
     return set(control.metrics) | set(pair.metrics)
 
 

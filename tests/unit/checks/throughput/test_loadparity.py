@@ -4,6 +4,7 @@ already failed). The real pair and the seeded KV race: tests/integration/test_lo
 
 from __future__ import annotations
 
+import http.server
 import threading
 import time
 from pathlib import Path
@@ -108,18 +109,74 @@ def test_stop_sends_nothing_more_and_waits_for_the_sample_in_flight() -> None:
     assert 1 <= done == len(rider.ridden) < 50  # the one in flight finished, nothing sent after stop
 
 
-def test_nothing_is_sent_before_start_after_s_and_nothing_if_stopped_before() -> None:
+def test_nothing_is_sent_before_the_load_shows_on_the_server() -> None:
+    sent: list[float] = []
+    shows_at = time.monotonic() + 0.3
+
+    def send(p: ParityPrompt) -> Series:
+        sent.append(time.monotonic())
+        return data.series(p.first_item)
+
+    def started() -> bool:
+        return time.monotonic() >= shows_at
+
+    with lp.Rider(send, [data.prompt(257, 1)], in_flight=2, start_wait_s=5.0, load_started=started) as rider:
+        deadline = time.monotonic() + 5
+        while not rider.ridden and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert len(sent) == 1 and sent[0] >= shows_at
+
+
+def test_a_load_that_never_shows_lets_the_samples_go_after_the_wait_and_stop_sends_nothing() -> None:
     sent: list[int] = []
 
     def send(p: ParityPrompt) -> Series:
         sent.append(p.first_item)
         return data.series(p.first_item)
 
-    rider = lp.Rider(send, [data.prompt(257, 1)], in_flight=1, start_after_s=5.0)
-    rider.start()
+    began = time.monotonic()
+    with lp.Rider(send, [data.prompt(257, 1)], in_flight=1, start_wait_s=0.2, load_started=lambda: False) as rider:
+        while not rider.ridden and time.monotonic() < began + 5:
+            time.sleep(0.01)
+    assert sent == [1] and rider.ridden[0].sent_at >= 0 and time.monotonic() - began >= 0.2
+    stopped = lp.Rider(send, [data.prompt(257, 2)], in_flight=1, start_wait_s=5.0)
+    stopped.start()
     time.sleep(0.1)
-    rider.stop()
-    assert sent == [] and rider.ridden == []
+    stopped.stop()
+    assert sent == [1] and stopped.ridden == []
+
+
+def test_the_load_shows_as_requests_running_or_waiting_on_an_engine(tmp_path: Path) -> None:
+    """Against a real HTTP server serving vLLM's gauges (engine /metrics text), and one that is down."""
+    body = {"value": "0.0"}
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            text = (
+                "# TYPE vllm:num_requests_running gauge\n"
+                f'vllm:num_requests_running{{engine="0",model_name="tiny"}} {body["value"]}\n'
+                "# TYPE vllm:num_requests_waiting gauge\n"
+                'vllm:num_requests_waiting{engine="0",model_name="tiny"} 0.0\n'
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(text)))
+            self.end_headers()
+            self.wfile.write(text)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        started = lp.load_started(["http://127.0.0.1:9/metrics", url])
+        assert not started()
+        body["value"] = "3.0"
+        assert started()
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_a_failed_sample_is_recorded_with_its_error_and_not_judged() -> None:
@@ -259,6 +316,9 @@ def test_a_pair_whose_samples_under_load_diverge_fails_the_gate_and_the_check(tm
     found = result.evidence[lp.EVIDENCE_KEY]
     assert [r["beyond_noise"] for r in found["per_prompt"]] == [False] * 3 + [True] * 3
     assert "3/6 prompts beyond the null floor" in result.summary
+    # clean samples first, then every one beyond: the shape of a fault that needs load
+    assert found["first_failing_sample"] == {"sample": 4, "into_load_s": 4.0}
+    assert "first beyond the floor: sample 4 of 6, 4.0 s into the load" in result.summary
 
 
 def test_the_controls_flips_under_load_calibrate_the_gate_so_an_honest_pair_passes(tmp_path: Path) -> None:
