@@ -4,7 +4,7 @@ The aggregated control (the shared `agg_deployment`) records the reference of th
 its own samples under load (the null arm) in its throughput check; the shared clean pair p32-d32 rides
 its samples through the router and passes. Then a pair with seeded fault 11 (decode's receive-slot
 pool exhausted by more than 16 KV reads within 8 s reads every block after the first from the first
-block's slot) starts: the parity check's wave of 9 prompts stays inside the pool and passes, the
+block's slot) starts: the parity check's wave of 5 prompts stays inside the pool and passes, the
 throughput check's load exhausts it and its samples fail the `load-parity` gate.
 """
 
