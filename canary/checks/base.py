@@ -38,6 +38,8 @@ class CheckContext:
     cell_dir: Path
     earlier: dict[str, CellResult] = field(default_factory=dict)
     scratch: dict[str, object] = field(default_factory=dict)
+    checked: dict[str, CheckResult] = field(default_factory=dict)
+    """This cell's checks that already ran, by name (the runner adds each result as it comes)."""
     deploy: DeployFn | None = None
     """The target's deploy, for a check that needs another cell deployed beside this one (the paired
     throughput verdict deploys the baseline counterpart); None where the runner gives none."""

@@ -238,6 +238,50 @@ class PairedConfig(Strict):
     )
 
 
+class LoadParityConfig(Strict):
+    """Greedy parity prompts ridden inside the throughput check's load run, judged like parity
+    (docs/methodology/load-parity.md)."""
+
+    enabled: bool = Field(
+        False,
+        description="Send seeded parity prompts (greedy, top-k logprobs) while the load runs and compare their tokens "
+        "with the control's reference against the null arm (the control's own samples under the same load). Needs "
+        "a vLLM server (logprobs, return_tokens_as_token_ids) and the aggregated control in the same run.",
+    )
+    share: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="Parity samples as a share of the load: up to ceil(share x num_requests) samples, "
+        "max(1, round(share x concurrency)) of them in flight at a time, while the load runs.",
+    )
+    prompt_lengths: list[PositiveInt] = Field(
+        [257, 513],
+        min_length=1,
+        description="Sample prompt lengths in tokens, used in turn (each sample a distinct prompt: no prefix-cache "
+        "hit on decode); long enough to load several KV blocks.",
+    )
+    start_wait_s: float = Field(
+        10.0,
+        ge=0,
+        description="The longest wait, after the load process is started, for its first requests to show on the "
+        "cell's engines (/metrics: requests running or waiting) before the first sample is sent; a sample that "
+        "did not run entirely inside the load is left out.",
+    )
+    min_samples: PositiveInt = Field(
+        3,
+        description="Fewer samples that ran entirely inside the load (evidence prompts): the sub-verdict is invalid "
+        "and no gate is added.",
+    )
+
+    @field_validator("prompt_lengths")
+    @classmethod
+    def _at_least_two(cls, values: list[int]) -> list[int]:
+        if any(v < 2 for v in values):
+            raise ValueError("prompt lengths must be at least 2 tokens")
+        return values
+
+
 class ThroughputCheckConfig(Strict):
     """Load test with locust: latency percentiles, tokens/s, goodput, regression vs baseline."""
 
@@ -313,6 +357,10 @@ class ThroughputCheckConfig(Strict):
     )
     paired: PairedConfig = Field(
         default_factory=PairedConfig, description="Paired build-vs-build verdict against the baseline (off by default)."
+    )
+    load_parity: LoadParityConfig = Field(
+        default_factory=LoadParityConfig,
+        description="Parity under load: greedy parity prompts inside the load run, judged against the control.",
     )
     max_attempts: PositiveInt = Field(
         3,

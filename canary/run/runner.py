@@ -76,6 +76,7 @@ def run_checks(ctx: CheckContext, progress: Progress, deploy_s: float = 0.0) -> 
         judged_s = time.monotonic() - started
         result.duration_s = round(judged_s + (deploy_s if name == "startup" else 0.0), 3)
         results.append(result)
+        ctx.checked[name] = result
         progress(f"  {ctx.cell.id}: {check_line(result, deploy_s if name == 'startup' else None)}")
         if name == "startup" and result.verdict != "pass" and result.evidence.get("serving") is not True:
             break  # nothing to check; a serving cell that runs another config/layout is still checked

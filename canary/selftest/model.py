@@ -11,7 +11,7 @@ from pydantic import Field, PositiveInt
 
 from canary.checks.base import check_order
 from canary.config import CanaryConfig, CheckName, ImageSpec, Topology
-from canary.config.load import validate_config
+from canary.config.load import apply_override, parse_override, validate_config
 from canary.core.yaml_model import FrozenModel, load_yaml_model
 from canary.errors import ConfigError
 from canary.paths import CONFIGS_DIR, REPO_ROOT
@@ -62,6 +62,11 @@ class FaultSpec(FrozenModel):
         default_factory=dict,
         description="Kernel block sizes the faulty build advertises (images.<key>.kernel_block_sizes), for faults "
         "that carry a kernel-split build.",
+    )
+    overrides: list[str] = Field(
+        default_factory=list,
+        description="Config overrides of this fault's run only, as `--set KEY=VALUE` (e.g. a check switch that is off "
+        "in the selftest config).",
     )
 
     def series_path(self, faults_file: Path) -> Path:
@@ -171,4 +176,7 @@ def fault_config(base: CanaryConfig, fault: FaultSpec, faults_file: Path = FAULT
         for name in check_order():
             if name != "startup":
                 data["checks"][name]["enabled"] = name in fault.checks
+    for text in fault.overrides:
+        parts, value = parse_override(text)
+        apply_override(data, parts, value)
     return validate_config(data, f"{faults_file} ({fault.id})")

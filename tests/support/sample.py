@@ -34,7 +34,20 @@ import yaml
 from canary.checks.throughput.check import capacity_metrics, capacity_slo, capacity_summary, search_settings
 from canary.config import CanaryConfig
 from canary.config.load import validate_config
-from canary.core.metric_keys import PD_TIME_RECOMPUTED, PD_TIME_REQUESTS, PD_TIME_TERMS, pd_time_key
+from canary.core.metric_keys import (
+    LOAD_PARITY_FAILING,
+    LOAD_PARITY_KL_OVER_FLOOR,
+    LOAD_PARITY_MATCH_RATE,
+    LOAD_PARITY_NULL_SAMPLES,
+    LOAD_PARITY_NULL_TOKEN_FLIPS,
+    LOAD_PARITY_SAMPLES,
+    LOAD_PARITY_SECONDS,
+    LOAD_PARITY_STATUS,
+    PD_TIME_RECOMPUTED,
+    PD_TIME_REQUESTS,
+    PD_TIME_TERMS,
+    pd_time_key,
+)
 from canary.export.history.tracked import TRACKED
 from canary.judge.capacity_gain import judge_gain
 from canary.judge.expectations import apply_expectation
@@ -141,6 +154,20 @@ def _throughput(cell: Cell, rps: float, baseline_rps: float | None) -> CheckResu
         **{f"e2e_{q}_s": e2e * f for q, f in (("p50", 1.0), ("p90", 1.3), ("p99", 1.9))},
     }
     evidence: dict[str, object] = {}
+    # parity under load (canary/checks/throughput/loadparity.py): samples inside the load, all matching
+    pd = cell.topology == "pd-nixl"
+    metrics.update(
+        {
+            LOAD_PARITY_STATUS: 0.0,
+            LOAD_PARITY_SAMPLES: 9.0 if pd else 10.0,
+            LOAD_PARITY_MATCH_RATE: 1.0,
+            LOAD_PARITY_NULL_SAMPLES: 10.0,
+            LOAD_PARITY_NULL_TOKEN_FLIPS: 0.0,
+            LOAD_PARITY_SECONDS: 2.1 if pd else 6.2,
+        }
+    )
+    if pd:
+        metrics.update({LOAD_PARITY_FAILING: 0.0, LOAD_PARITY_KL_OVER_FLOOR: 0.0})
     if cell.topology == "pd-nixl":  # where the TTFT goes (canary/checks/throughput/pdtime.py)
         shares = dict(zip(PD_TIME_TERMS[:-1], (0.08, 0.05, 0.30, 0.10, 0.12, 0.15, 0.20), strict=True))
         split = {**{t: ttft * f for t, f in shares.items()}, "decode": e2e - ttft}

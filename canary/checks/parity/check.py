@@ -124,7 +124,8 @@ def measure_reference(
     return refs, {"wave_concurrency": settings.null_concurrency, "wave_requests": 3 * len(prompts)}
 
 
-def _tokenizer_url(ctx: CheckContext) -> str:
+def tokenizer_url(ctx: CheckContext) -> str:
+    """A server of the cell that answers /tokenize (an engine: the router may not)."""
     for role in ("aggregated", "prefill", "decode"):
         server = ctx.deployment.server(role)
         if server is not None:
@@ -137,7 +138,7 @@ def _prompts(ctx: CheckContext) -> tuple[list[ParityPrompt], str, list[int]]:
     model_spec = next((m for m in ctx.config.models if m.name == ctx.cell.model), ctx.config.models[0])
     items, where = source_items(ctx.config, model_spec.source)
     sizes = block_sizes(ctx.config)
-    url = _tokenizer_url(ctx)
+    url = tokenizer_url(ctx)
     every = prompt_lengths(ctx.config, sizes)
     # built at every length (a prompt's text depends on its place in that list), sent at the cell's
     prompts = build_prompts(
@@ -151,7 +152,8 @@ def _prompts(ctx: CheckContext) -> tuple[list[ParityPrompt], str, list[int]]:
     return [p for p in prompts if p.length in mine], where, sizes
 
 
-def _sides(ctx: CheckContext) -> list[BlockSide]:
+def block_sides(ctx: CheckContext) -> list[BlockSide]:
+    """The cell's block geometry on each side (control, or prefill and decode), for localizing a divergence."""
     cell = ctx.cell
     if cell.topology == "aggregated":
         return [BlockSide("control", cell.prefill_block_size, cell.kernel_block_prefill)]
@@ -305,7 +307,7 @@ def _pd_result(ctx: CheckContext, prompts: Sequence[ParityPrompt], evidence: dic
         ]
     except ParityError as exc:
         return CheckResult(name="parity", verdict="error", summary=str(exc), evidence=evidence)
-    return judge_pd(_sides(ctx), settings, refs, rows, source, evidence)
+    return judge_pd(block_sides(ctx), settings, refs, rows, source, evidence)
 
 
 def judge_pd(

@@ -18,7 +18,10 @@ from canary.config import ParityCheckConfig
 
 CACHE_BATCH_ARM = "cache_batch"
 """Null comparison generation vs generation: a prefix-cache miss alone vs a hit inside a concurrent wave."""
-GEN_NULL_ARMS = (CACHE_BATCH_ARM,)
+LOAD_NULL_ARM = "load"
+"""Null comparison generation vs generation: the control's miss alone vs its own sample inside the
+throughput check's load run (parity under load, canary/checks/throughput/loadparity.py)."""
+GEN_NULL_ARMS = (CACHE_BATCH_ARM, LOAD_NULL_ARM)
 """Null comparisons generation vs generation."""
 FORCED_NULL_ARM = "forced"
 """Null comparison teacher-forced vs generated (the control's own output)."""

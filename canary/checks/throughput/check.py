@@ -31,10 +31,11 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from canary.checks.base import CheckContext, register
-from canary.checks.throughput import hostload, paired, pdtime
+from canary.checks.throughput import hostload, loadparity, paired, pdtime
 from canary.config import CapacityConfig, ThroughputCheckConfig
 from canary.core import metric_keys as keys
 from canary.judge.capacity_gain import EVIDENCE_KEY as GAIN_EVIDENCE_KEY
@@ -83,6 +84,7 @@ EXPORTED_KEYS: tuple[str, ...] = (
     *(keys.pd_time_key(term, stat) for term in keys.PD_TIME_TERMS for stat in keys.PD_TIME_STATS),
     keys.PD_TIME_REQUESTS,
     keys.PD_TIME_RECOMPUTED,
+    *loadparity.LOAD_PARITY_KEYS,
 )
 """The numbers of this check the exporters read."""
 
@@ -263,13 +265,16 @@ def throughput_check(ctx: CheckContext) -> CheckResult:
     up to `max_attempts` measurements with back-off. Every attempt is recorded in evidence.attempts."""
     cfg = ctx.config.checks.throughput
     prompts = _prompt_source(ctx)
+    # parity under load: the reference before any load, the samples ride the first run (loadparity.py)
+    prepared = loadparity.prepare(ctx) if cfg.load_parity.enabled else None
+    rider = prepared.rider(ctx) if isinstance(prepared, loadparity.Prepared) else None
     attempts: list[dict[str, Any]] = []
     waited = 0.0
     for attempt in range(cfg.max_attempts):
         wait_s = backoff_s(cfg, attempt) if attempt else 0.0
         time.sleep(wait_s)
         waited += wait_s
-        result = measure(ctx, prompts, attempt)
+        result = measure(ctx, prompts, attempt, rider if attempt == 0 else None)
         attempts.append(
             {
                 "attempt": attempt + 1,
@@ -289,6 +294,8 @@ def throughput_check(ctx: CheckContext) -> CheckResult:
         result.summary = f"{result.summary} (invalid in all {len(attempts)} attempts, {waited:.1f} s of back-off)"
     elif len(attempts) > 1:
         result.summary = f"{result.summary} (attempt {len(attempts)}: the earlier ones were invalid)"
+    if prepared is not None:
+        loadparity.finish(ctx, prepared, rider, result)
     if paired.applies(ctx):
         pool, ratio, _ = prompts
         base = build_spec(cfg, ctx.deployment).model_copy(update={"token_pool": pool, "words_per_token": ratio})
@@ -409,9 +416,15 @@ def client_cause(problems: list[str]) -> str:
     return "client not a reliable clock"
 
 
-def measure(ctx: CheckContext, prompts: tuple[list[int] | None, float, dict[str, Any]], attempt: int) -> CheckResult:
+def measure(
+    ctx: CheckContext,
+    prompts: tuple[list[int] | None, float, dict[str, Any]],
+    attempt: int,
+    rider: loadparity.Rider | None = None,
+) -> CheckResult:
     """One measurement: the load `repeats` times (seeds shifted by attempt x repeats, so vLLM's prefix
-    cache never serves a re-measurement), judged."""
+    cache never serves a re-measurement), judged. A `rider` sends its parity samples during the first
+    run and learns that run's window."""
     cfg = ctx.config.checks.throughput
     work_dir = ctx.cell_dir / "throughput" / f"attempt-{attempt + 1}" if attempt else ctx.cell_dir / "throughput"
     pool, ratio, prompt_evidence = prompts
@@ -426,11 +439,15 @@ def measure(ctx: CheckContext, prompts: tuple[list[int] | None, float, dict[str,
             update={"token_pool": pool, "words_per_token": ratio}
         )
         before = hostload.sample(pgids)
+        riding = rider if rider is not None and repeat == 0 else None
         try:
-            result = run_load(spec, work_dir, name=f"run-{repeat}", slo=slo_of(cfg), extra_args=master_args(cfg))
+            with riding or nullcontext():
+                result = run_load(spec, work_dir, name=f"run-{repeat}", slo=slo_of(cfg), extra_args=master_args(cfg))
         except LoadError as exc:
             return CheckResult(name="throughput", verdict="error", summary=str(exc).splitlines()[0], evidence=evidence)
         after = hostload.sample(pgids)
+        if riding is not None:
+            riding.window = loadparity.load_window(result.samples)
         runs.append(result)
         evidence["runs"].append({**result.summary(), "metrics": result.metrics})
         foreign.append(hostload.foreign_load(before, after) if before and after else None)

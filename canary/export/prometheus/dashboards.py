@@ -782,6 +782,7 @@ def overview() -> gdash.Dashboard:
         )
         .with_panel(_breach_table())
         .with_panel(_fidelity_table())
+        .with_panel(_load_parity_table())
         .with_panel(
             _with_threshold_line(
                 _timeseries(
@@ -888,6 +889,34 @@ def _fidelity_table() -> gtable.Panel:
         columns,
         12,
         "failing prompts",
+    )
+
+
+def _load_parity_table() -> gtable.Panel:
+    def col(spec: s.MetricSpec) -> str:
+        return f"{spec.name}{selector()}"
+
+    columns = (
+        (col(s.LOAD_PARITY_FAILING), "samples beyond the floor", U_PROMPTS),
+        (col(s.LOAD_PARITY_STATUS), "sub-verdict code", U_VERDICT),
+        (col(s.LOAD_PARITY_SAMPLES), "samples under load", U_PROMPTS),
+        (col(s.LOAD_PARITY_MATCH), "greedy tokens match", U_RATIO),
+        (col(s.LOAD_PARITY_KL_OVER_FLOOR), "worst KL × threshold", U_OVER_THRESHOLD),
+        (col(s.LOAD_PARITY_NULL_SAMPLES), "null samples under load", U_PROMPTS),
+        (col(s.LOAD_PARITY_NULL_TOKEN_FLIPS), "null token flips under load", U_PROMPTS),
+        (col(s.LOAD_PARITY_SECONDS), "seconds added", U_SECONDS),
+    )
+    return _instant_table(
+        "KV fidelity under load",
+        "Parity under load, the throughput check's sub-result: greedy parity prompts sent while the load ran, "
+        "compared with the control's reference by the parity gates against the null arm (the control's own "
+        "samples under the same load). Code 0 pass, 7 fail (the throughput check's load-parity gate), 4 too "
+        "few samples inside the load. Samples: results.json (evidence.load_parity). "
+        + explain("null floor", "evidence prompts"),
+        U_PROMPTS,
+        columns,
+        12,
+        "samples beyond the floor",
     )
 
 

@@ -39,8 +39,8 @@ Cardinality
 -----------
 Bounded by the config, never by time: there is no run id, timestamp, URL or free text in any
 label (the parity metrics are per cell: no prompt text, length or fingerprint in any label). A run
-exposes at most ``SERIES_PER_CELL`` (112) series per cell plus ~15 run series: the CPU default
-(10 cells) < 1130 series, a 500-cell GPU matrix < 56k (a cell has only its topology's share: P/D
+exposes at most ``SERIES_PER_CELL`` (120) series per cell plus ~15 run series: the CPU default
+(10 cells) < 1220 series, a 500-cell GPU matrix < 61k (a cell has only its topology's share: P/D
 cells no drift series, aggregated cells no P/D fidelity, P/D time or gain series). Every push replaces the whole
 group, so series of cells no longer in the matrix disappear with the next run. ``verdict`` and
 ``failure_class`` series exist only for the current value (one series per cell), so a change of
@@ -375,6 +375,52 @@ PARITY_DRIFT_FAILED_GATES = _cell(
     "parity_drift_failed_gates",
     "Drift gates of a candidate image's control that failed against the baseline image (0: within the noise).",
 )
+# Parity under load (the throughput check's sub-result, canary/checks/throughput/loadparity.py,
+# docs/methodology/load-parity.md): per cell, no prompt in any label.
+LOAD_PARITY_STATUS = _cell(
+    "load_parity_status_code",
+    "Parity under load, the throughput check's sub-verdict as a number (as canary_cell_status_code): 0 the "
+    "samples inside the load agree within the null floor, 7 beyond it, 4 too few samples inside the load.",
+)
+LOAD_PARITY_SAMPLES = _cell(
+    "load_parity_samples", "Greedy parity samples that ran entirely inside the load run and were judged."
+)
+LOAD_PARITY_MATCH = _cell(
+    "load_parity_match_ratio",
+    "Share of the samples under load whose greedy tokens equal the control's reference (1 = identical).",
+    "ratio",
+)
+LOAD_PARITY_FAILING = _cell(
+    "load_parity_failing_samples", "P/D samples under load beyond the null floor (the parity check's gates)."
+)
+LOAD_PARITY_KL_OVER_FLOOR = _cell(
+    "load_parity_kl_over_floor",
+    "A P/D cell's largest teacher-forced KL of a sample under load as a multiple of its gate's threshold (above 1: "
+    "beyond the noise floor).",
+)
+LOAD_PARITY_NULL_SAMPLES = _cell(
+    "load_parity_null_samples", "The null arm under load: the control's own samples compared with its reference."
+)
+LOAD_PARITY_NULL_TOKEN_FLIPS = _cell(
+    "load_parity_null_token_flips",
+    "Null arm under load: the control's samples whose greedy tokens differ from its own reference (batch-dependent "
+    "numerics of an honest engine).",
+)
+LOAD_PARITY_SECONDS = _cell(
+    "load_parity_duration_seconds",
+    "Seconds parity under load added to the throughput check (reference and re-scoring; the samples ride the load).",
+    "seconds",
+)
+LOAD_PARITY_METRICS: tuple[tuple[MetricSpec, str], ...] = (
+    (LOAD_PARITY_STATUS, k.LOAD_PARITY_STATUS),
+    (LOAD_PARITY_SAMPLES, k.LOAD_PARITY_SAMPLES),
+    (LOAD_PARITY_MATCH, k.LOAD_PARITY_MATCH_RATE),
+    (LOAD_PARITY_FAILING, k.LOAD_PARITY_FAILING),
+    (LOAD_PARITY_KL_OVER_FLOOR, k.LOAD_PARITY_KL_OVER_FLOOR),
+    (LOAD_PARITY_NULL_SAMPLES, k.LOAD_PARITY_NULL_SAMPLES),
+    (LOAD_PARITY_NULL_TOKEN_FLIPS, k.LOAD_PARITY_NULL_TOKEN_FLIPS),
+    (LOAD_PARITY_SECONDS, k.LOAD_PARITY_SECONDS),
+)
 NIXL_BYTES = _cell(
     "nixl_transferred_bytes", "KV-cache bytes NIXL moved from prefill to decode during the checks.", "bytes"
 )
@@ -481,6 +527,7 @@ CHECK_METRICS: tuple[CheckMetric, ...] = (
     ),
     CheckMetric(PD_TIME_REQUESTS, "throughput", k.PD_TIME_REQUESTS),
     CheckMetric(PD_TIME_RECOMPUTED, "throughput", k.PD_TIME_RECOMPUTED),
+    *(CheckMetric(spec, "throughput", key) for spec, key in LOAD_PARITY_METRICS),
     CheckMetric(ACCURACY, "accuracy", k.ACCURACY),
     CheckMetric(ACCURACY_LOW, "accuracy", k.ACCURACY_WILSON_LOW),
     CheckMetric(ACCURACY_HIGH, "accuracy", k.ACCURACY_WILSON_HIGH),

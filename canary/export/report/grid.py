@@ -138,6 +138,7 @@ DETAIL_COLUMNS: tuple[Column, ...] = (
     Column("E2E p99", "throughput", "e2e_p99_s", "s"),
     Column("GSM8K [Wilson] n", "accuracy", "accuracy", ACCURACY),
     Column("parity", "parity", "parity_match_rate", "%"),
+    Column("parity under load", "throughput", "load_parity_match_rate", "%"),
     Column("NIXL", "kv_transfer", "nixl_bytes_transferred", "B"),
 )
 

@@ -35,6 +35,7 @@ from canary.checks.parity.prompts import ParityPrompt
 from canary.checks.parity.reference import CACHE_BATCH_ARM, FORCED_NULL_ARM, Reference, judge_evidence
 from canary.checks.startup.check import _ready_metrics
 from canary.checks.throughput.check import add_capacity, add_gain, combine
+from canary.checks.throughput.loadparity import finish
 from canary.checks.throughput.paired import verdict_metrics
 from canary.checks.throughput.pdtime import engine_side, join, parse_file
 from canary.config import AccuracyCheckConfig, ParityCheckConfig
@@ -49,6 +50,7 @@ from canary.load.stats import ClientHealth, Sample
 from canary.load.workload import WorkloadSpec
 from canary.plan.matrix import plan
 from canary.targets.base import Deployment, ServerInfo
+from tests.support import load_parity
 from tests.support.pd_records import Engine, add_request
 from tests.support.sample import SyntheticServer, sample_config
 
@@ -113,6 +115,21 @@ def _throughput() -> set[str]:
     windows = [Window(0, p, arm, 10.0 + p + (arm == "candidate")) for p in range(3) for arm in arms]
     paired_keys = verdict_metrics(paired_verdict(windows, margin=0.15, confidence=0.95))  # checks.throughput.paired
     return set(combine(runs)) | set(paired_keys) | _pd_time()
+
+
+def _load_parity(work: Path) -> set[str]:
+    """Parity under load on an aggregated control (its null arm), then on a P/D cell judged against it."""
+    prepared = load_parity.prepared()
+    control = load_parity.throughput_result()
+    samples = [(p, load_parity.series(p.first_item)) for p in prepared.prompts]
+    finish(load_parity.context(load_parity.AGG, work), prepared, load_parity.rode(samples), control)
+    agg_cell = load_parity.context(load_parity.AGG, work).cell
+    startup = CheckResult(name="startup", verdict="pass")
+    earlier = {agg_cell.id: CellResult(cell=agg_cell, verdict="pass", checks=[startup, control])}
+    pair = load_parity.throughput_result()
+    ctx = load_parity.context(load_parity.PD, work, earlier)
+    finish(ctx, prepared, load_parity.rode(samples), pair, lambda _, s: s)
+    return set(control.metrics) | set(pair.metrics)
 
 
 def _pd_time() -> set[str]:
@@ -217,7 +234,9 @@ def produced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
     parity_keys = _parity()
     return {
         "startup": _startup(),
-        "throughput": _throughput() | _capacity(tmp_path_factory.mktemp("capacity")),
+        "throughput": _throughput()
+        | _capacity(tmp_path_factory.mktemp("capacity"))
+        | _load_parity(tmp_path_factory.mktemp("load-parity")),
         "accuracy": _accuracy(),
         "kv_transfer": _kv_transfer(),
         "parity": set().union(*parity_keys.values()),

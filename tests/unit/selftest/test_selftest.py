@@ -84,6 +84,19 @@ def test_regression_fault_deploys_the_clean_baseline_first() -> None:
     assert not (config.checks.accuracy.enabled or config.checks.parity.enabled or config.checks.kv_transfer.enabled)
 
 
+def test_a_fault_may_set_config_keys_for_its_own_run_only() -> None:
+    """Fault 11 needs parity under load (off in the selftest config) and the control beside its pair."""
+    base = load_config(DEFAULT_CONFIG)
+    fault = _fault("11-pd-kv-race-under-load")
+    config = fault_config(base, fault)
+    assert config.checks.throughput.load_parity.enabled and config.checks.throughput.num_requests == 40
+    assert not base.checks.throughput.load_parity.enabled  # every other run keeps the config's own
+    assert not fault_config(base, _fault("10-nixl-read-delay")).checks.throughput.load_parity.enabled
+    assert {c.topology for c in plan(config).planned()} == {"aggregated", "pd-nixl"}
+    assert (fault.expect_check, fault.expect_gate) == ("throughput", "load-parity")
+    assert config.checks.parity.enabled and not config.checks.accuracy.enabled
+
+
 @pytest.mark.parametrize("fault_id", [f.id for f in load_faults().faults])
 def test_every_fault_run_passes_the_checks_at_the_door(fault_id: str) -> None:
     """Each fault's config is validated like a config file (catalog, patch series, lengths) and its

@@ -128,7 +128,11 @@ def test_the_cause_words_follow_the_load_generators_own_diagnosis() -> None:
 def _context(tmp_path: Path, attempts: int, backoff_s: float) -> CheckContext:
     config = load_config(
         CONFIGS_DIR / "cpu-default.yaml",
-        [f"checks.throughput.max_attempts={attempts}", f"checks.throughput.retry_backoff_s={backoff_s}"],
+        [
+            f"checks.throughput.max_attempts={attempts}",
+            f"checks.throughput.retry_backoff_s={backoff_s}",
+            "checks.throughput.load_parity.enabled=false",  # needs a server; the retries are the subject here
+        ],
     )
     cell = find(list(plan(config).cells), "agg.cpu_attn.b32.auto.v1.baseline")
     assert cell is not None
@@ -141,7 +145,7 @@ def _scripted_measurements(monkeypatch: pytest.MonkeyPatch, verdicts: list[Verdi
     returns the given verdicts in turn and records (attempt, when)."""
     calls: list[tuple[int, float]] = []
 
-    def measure(ctx: CheckContext, prompts: object, attempt: int) -> CheckResult:
+    def measure(ctx: CheckContext, prompts: object, attempt: int, rider: object = None) -> CheckResult:
         calls.append((attempt, time.monotonic()))
         verdict = verdicts[attempt]
         problems = ["client event-loop lag p99 134.0 ms > 100.0 ms: (other processes starved it of CPU)"]
