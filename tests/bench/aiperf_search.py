@@ -49,6 +49,10 @@ def aiperf_command(
         "--extra-inputs", "ignore_eos:true",  # exact output lengths, as ours sends
         "--num-dataset-entries", "1000",  # 100 by default, reused in turn: vLLM's prefix cache would serve repeats
         "--benchmark-duration", f"{seconds_per_probe:g}",
+        # A pacing cap far above any rate reached here (a send waits at most 1 ms for its tick): in pure
+        # concurrency mode aiperf's timing manager spins a whole core while every stream is busy, a core
+        # the server on a 2-core machine then lacks (measured: 98% CPU, the server's TPOT 94 ms at 1 stream).
+        "--request-rate", "1000", "--arrival-pattern", "constant",
         "--goodput", f"time_to_first_token:{ttft_ms:g} inter_token_latency:{tpot_ms:g}",
         "--search-space", f"{CONCURRENCY}:1,{max_concurrency}:int", "--search-planner", "monotonic-sla",
         "--search-sla", f"good_request_fraction:avg:ge:{attainment:g}",
@@ -88,13 +92,20 @@ def read_aiperf(history: dict[str, Any], runs: dict[int, dict[str, Any]]) -> dic
             "requests_per_s": _avg(metrics, "request_throughput"),
             "good_fraction": _avg(metrics, "good_request_fraction"),
             "goodput": _avg(metrics, "goodput"),
+            "seconds": _avg(metrics, "benchmark_duration"),
             "measured": bool(metrics),
         })  # fmt: skip
     requests = sum(p["requests"] for p in probes)
     boundary = history.get("boundary_summary") or {}
     best = (boundary.get("feasible_max") or {}).get("value")
     lowest_fail = (boundary.get("infeasible_min") or {}).get("value")
-    row: dict[str, Any] = {"requests": requests, "stop_reason": history.get("convergence_reason"), "probes": probes}
+    measuring = sum(p["seconds"] or 0.0 for p in probes)  # the runs' own durations: the rest is aiperf's start-up
+    row: dict[str, Any] = {
+        "requests": requests,
+        "measuring_seconds": measuring,
+        "stop_reason": history.get("convergence_reason"),
+        "probes": probes,
+    }
     if not probes:
         return {**row, "error": "aiperf's search history has no iteration"}
     if best is None:

@@ -341,15 +341,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seconds-per-probe", type=float, default=10.0)
     parser.add_argument("--min-requests", type=int, default=40)
-    parser.add_argument("--budget-s", type=float, default=100.0, help="seconds each method may spend")
+    parser.add_argument("--budget-s", type=float, default=120.0, help="seconds ours and guidellm may spend")
     parser.add_argument("--budget-requests", type=int, default=2000)
     parser.add_argument("--max-probes", type=int, default=7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--aiperf-max-concurrency", type=int, default=64, help="aiperf: top of its search space")
     parser.add_argument(
-        "--aiperf-max-iterations", type=int, default=14, help="aiperf: runs it may make (2 or more per level)"
+        "--aiperf-max-iterations", type=int, default=12, help="aiperf: runs it may make (2 or more per level)"
     )
-    parser.add_argument("--aiperf-timeout-s", type=float, default=480.0, help="aiperf: wall limit of its search")
+    parser.add_argument(
+        "--aiperf-timeout-s",
+        type=float,
+        default=300.0,
+        help="aiperf: wall limit of its search (each run starts ~10 processes: ~20 s on 2 cores before it measures)",
+    )
     parser.add_argument(
         "--max-client-lag-ms",
         type=float,
