@@ -342,8 +342,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seconds-per-probe", type=float, default=10.0)
     parser.add_argument("--min-requests", type=int, default=40)
     parser.add_argument("--budget-s", type=float, default=120.0, help="seconds ours and guidellm may spend")
-    parser.add_argument("--budget-requests", type=int, default=2000)
-    parser.add_argument("--max-probes", type=int, default=7)
+    parser.add_argument("--budget-requests", type=int, default=4000, help="requests ours may send")
+    parser.add_argument("--max-probes", type=int, default=10, help="probes (guidellm: benchmarks) each search may run")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--aiperf-max-concurrency", type=int, default=64, help="aiperf: top of its search space")
     parser.add_argument(
