@@ -272,9 +272,10 @@ def _fmt(value: Any) -> str:
 
 
 def half_width(interval: Any) -> float | None:
-    """The interval's half-width relative to its midpoint, (high - low) / (high + low); None with an open end."""
+    """The interval's half-width relative to its midpoint, (high - low) / (high + low); None with an open end, or
+    when it is inverted (a concurrency search's failing level can complete fewer req/s than its passing one)."""
     low, high = interval if isinstance(interval, (list, tuple)) and len(interval) == 2 else (None, None)
-    if low is None or high is None or low + high <= 0:
+    if low is None or high is None or high < low or low + high <= 0:
         return None
     return float((high - low) / (high + low))
 

@@ -61,6 +61,7 @@ def test_the_table_has_one_row_per_method_and_says_why_one_is_missing() -> None:
 def test_the_relative_half_width_says_whether_an_interval_reached_ten_percent() -> None:
     assert bench.half_width([9.0, 11.0]) == pytest.approx(0.1)
     assert bench.half_width([5.5, None]) is None and bench.half_width(None) is None
+    assert bench.half_width([30.5, 30.0]) is None  # inverted in req/s: no interval, never "reached"
     rows = [
         {"method": "ours", "estimate": 4.0, "interval": [4.0, 4.8], "requests": 300, "seconds": 90.0},
         {"method": "peer", "estimate": 3.0, "interval": [3.0, 6.0], "requests": 900, "seconds": 400.0},
