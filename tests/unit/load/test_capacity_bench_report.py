@@ -42,6 +42,7 @@ def test_the_scenario_asks_guidellm_for_the_same_slo_and_lengths() -> None:
     spec = bench.guidellm_scenario(args, "http://127.0.0.1:9", "tiny", Path("/tmp/out.json"))["spec"]
     assert spec["metrics"]["slo"] == {"ttft_ms": 700.0, "tpot_ms": 40.0}
     assert spec["profile"]["kind"] == "goodput" and spec["profile"]["target_attainment"] == 0.95
+    assert spec["profile"]["confidence"] == 0.9  # the bench's default: the issue asks for a 90% interval
     assert spec["data"] == [{"kind": "synthetic_text", "prompt_tokens": 64, "output_tokens": 32}]
     assert spec["backend"]["target"] == "http://127.0.0.1:9" and spec["backend"]["request_format"] == "/v1/completions"
 
@@ -52,9 +53,25 @@ def test_the_table_has_one_row_per_method_and_says_why_one_is_missing() -> None:
         {"method": "guidellm", "error": "guidellm is not installed", "seconds": 0.0},
     ]
     lines = bench.table(rows).splitlines()
-    assert lines[0].split() == ["method", "capacity", "interval", "requests", "seconds"]
+    assert lines[0].split() == ["method", "capacity", "interval", "+-rel", "requests", "seconds"]
     assert "6.1" in lines[2] and "[5.5, above]" in lines[2] and "400" in lines[2] and "118" in lines[2]
     assert "(guidellm is not installed)" in lines[3]
+
+
+def test_the_relative_half_width_says_whether_an_interval_reached_ten_percent() -> None:
+    assert bench.half_width([9.0, 11.0]) == pytest.approx(0.1)
+    assert bench.half_width([5.5, None]) is None and bench.half_width(None) is None
+    assert bench.half_width([30.5, 30.0]) is None  # inverted in req/s: no interval, never "reached"
+    rows = [
+        {"method": "ours", "estimate": 4.0, "interval": [4.0, 4.8], "requests": 300, "seconds": 90.0},
+        {"method": "peer", "estimate": 3.0, "interval": [3.0, 6.0], "requests": 900, "seconds": 400.0},
+        {"method": "gone", "error": "not installed", "seconds": 0.0},
+    ]
+    assert "9%" in bench.table(rows).splitlines()[2]
+    lines = bench.verdict(rows, 0.9).splitlines()
+    assert lines[1].strip() == "ours: +-9% (reached +-10%) with 300 requests in 90 s"
+    assert lines[2].strip().startswith("peer: +-33% (not +-10%) with 900 requests")
+    assert lines[3].strip().startswith("gone: no closed interval (not +-10%)")
 
 
 def test_the_bench_runs_end_to_end_on_a_standin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -64,12 +81,14 @@ def test_the_bench_runs_end_to_end_on_a_standin(tmp_path: Path, capsys: pytest.C
     with ScriptedServer(ttft_s=0.02, itl_s=0.002, model="tiny") as server:
         code = bench.main([
             "--real-url", server.url, "--out", str(tmp_path), "--guidellm", str(tmp_path / "no-guidellm"),
+            "--aiperf", str(tmp_path / "no-aiperf"),
             "--seconds-per-probe", "1", "--min-requests", "10", "--max-probes", "2", "--start-rate", "10",
             "--max-client-lag-ms", "1000", "--max-client-cpu-ratio", "2",
         ])  # fmt: skip
     assert code == 0
     out = capsys.readouterr().out
     assert "canary (open-loop rate search)" in out and "guidellm is not installed" in out
+    assert "aiperf is not installed" in out
     report = json.loads(next(tmp_path.glob("capacity-bench-*.json")).read_text())
     ours = report["rows"][0]
     assert ours["result"]["probes"] == 2 and ours["requests"] == 10 + 20  # 10/s then 20/s, 1 s each
