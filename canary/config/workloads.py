@@ -41,8 +41,8 @@ class WorkloadShape(Strict):
     )
     trace_path: str | None = Field(
         None,
-        description="trace: the Mooncake-format JSONL file (one request a line); every worker of a distributed "
-        "run reads it at this path.",
+        description="trace: the Mooncake-format JSONL file (one request a line; relative: from the working "
+        "directory), read when the config loads; every worker of a distributed run reads it at this path.",
     )
     trace_time_scale: float = Field(
         1.0, gt=0, description="trace: multiplies the trace's arrival offsets (0.5: twice as fast)."

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from canary.config.trace import TraceError
 from canary.load.material import WORDS
-from canary.load.shapes import TraceError, check_trace
+from canary.load.shapes import check_trace
 from canary.load.stats import ClientHealth, Sample, Slo, client_problems, error_counts, schedule_problems, summarize
 from canary.load.workload import WorkloadSpec
 

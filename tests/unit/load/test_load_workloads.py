@@ -11,7 +11,8 @@ from pydantic import ValidationError
 
 from canary.checks.throughput.check import build_spec
 from canary.config.checks import ThroughputCheckConfig
-from canary.load.shapes import TraceError, load_trace, residue_lengths
+from canary.config.trace import TraceError, load_trace
+from canary.load.shapes import residue_lengths
 from canary.load.workload import PlannedRequest, WorkloadSpec, build_plan, share_of_plan
 from canary.plan.cell import Cell
 from canary.targets.base import Deployment
