@@ -90,6 +90,22 @@ def test_multi_turn_sends_a_turn_only_after_the_previous_one_finished(standin: S
     assert any(b[0] < a[1] for a, b in itertools.pairwise(spans))
 
 
+def test_multi_turn_keeps_its_order_across_locust_workers(standin: ScriptedServer, tmp_path: Path) -> None:
+    # a master and 2 worker processes; 3 conversations, so every other request would split them: each worker
+    # must get whole conversations (a turn whose predecessor went elsewhere would wait until the deadline)
+    spec = _spec(
+        standin, {"kind": "multi_turn", "turns": 4}, num_requests=12, concurrency=6, workers=2, max_duration_s=8.0
+    )
+    result = _run(standin, spec, tmp_path)
+    assert len(result.samples) == 12 and {s.worker for s in result.samples} == {0, 1}
+    plan = build_plan(spec)
+    records = {r.request_id: r for r in standin.records()}
+    by_index = {p.index: records[p.request_id] for p in plan}
+    for planned in plan:
+        if planned.after is not None:
+            assert records[planned.request_id].received_at >= by_index[planned.after].token_at[-1]
+
+
 def test_a_trace_is_replayed_on_its_timestamps(standin: ScriptedServer, tmp_path: Path) -> None:
     rows = [
         {"timestamp": 100 + 150 * i, "input_length": 6 + i, "output_length": 3, "hash_ids": [i % 2]} for i in range(8)
