@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from canary.config.base import PositiveInt, Probability, Strict
+from canary.config.workloads import WorkloadShape, arrival_problem
 from canary.core.words import listing
 
 
@@ -287,7 +288,14 @@ class ThroughputCheckConfig(Strict):
 
     enabled: bool = Field(True, description="Run the load test.")
     endpoint: Literal["completions", "chat"] = Field("completions", description="API under load.")
-    prompt_tokens: PositiveInt = Field(64, description="Prompt length in tokens (mean).")
+    workload: WorkloadShape = Field(
+        default_factory=WorkloadShape,
+        description="The named workload: synthetic (default), shared_prefix, multi_turn, block_residues or trace "
+        "(docs/methodology/throughput.md, Workloads).",
+    )
+    prompt_tokens: PositiveInt = Field(
+        64, description="Prompt length in tokens (mean; shared_prefix: the suffix; multi_turn: new tokens a turn)."
+    )
     output_tokens: PositiveInt = Field(32, description="Output length in tokens (exact: ignore_eos).")
     length_distribution: Literal["fixed", "uniform", "normal"] = Field("fixed", description="Length spread.")
     length_spread: float = Field(
@@ -397,8 +405,11 @@ class ThroughputCheckConfig(Strict):
                 raise ValueError(f"{name} ({getattr(self, name)}) must not exceed concurrency ({self.concurrency})")
         if self.workers and self.remote_workers:
             raise ValueError("set workers (local processes) or remote_workers, not both")
-        if self.open_loop and self.request_rate is None:
-            raise ValueError("open_loop needs a request_rate")
+        problem = arrival_problem(self.workload, self.open_loop, self.request_rate)
+        if problem:
+            raise ValueError(problem)
+        if self.capacity.enabled and self.workload.kind in ("multi_turn", "trace"):
+            raise ValueError(f"the capacity search does not run a {self.workload.kind} workload (rates of its own)")
         if self.open_loop and (self.workers or self.remote_workers):
             raise ValueError("open_loop runs in one load process (no workers)")
         return self

@@ -22,6 +22,7 @@ from canary.config import CanaryConfig
 from canary.config.catalog import Catalog, load_catalog
 from canary.config.lengths import check_lengths
 from canary.config.root import RefError
+from canary.config.trace import TraceError, load_trace
 from canary.core.words import by_closeness, listing
 from canary.core.yaml_model import read_yaml, validation_error
 from canary.errors import ConfigError
@@ -171,12 +172,18 @@ def blame_overrides(error: ConfigError, overrides: list[str], in_file: Any = Non
 
 def validate_references(config: CanaryConfig, source: str) -> None:
     """What the config points at must be there: a builtin model this project builds, a patch series file (and,
-    for a cluster, the patched image `make images` builds from it)."""
+    for a cluster, the patched image `make images` builds from it), a trace workload's file, every line sound."""
     for index, model in enumerate(config.models):
         if is_builtin(model.source):
             why = unknown_builtin(model.source)
             if why is not None:
                 raise ConfigError(source, f"models.{index}.source", why)
+    workload = config.checks.throughput.workload
+    if config.checks.throughput.enabled and workload.kind == "trace":  # relative paths: the working directory
+        try:
+            load_trace(Path(str(workload.trace_path)))
+        except TraceError as exc:
+            raise ConfigError(source, "checks.throughput.workload.trace_path", str(exc)) from None
     for key, image in config.images.items():
         if image.patches is None:
             continue

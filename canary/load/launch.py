@@ -21,8 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from canary.config.trace import TraceError
+from canary.load.material import WORDS
+from canary.load.shapes import check_trace
 from canary.load.stats import ClientHealth, Sample, Slo, client_problems, error_counts, schedule_problems, summarize
-from canary.load.workload import WORDS, WorkloadSpec
+from canary.load.workload import WorkloadSpec
 
 SUBPROCESS_GRACE_S = 240.0
 POOL_TEXT_WORDS = 400
@@ -101,6 +104,11 @@ def run_load(
     extra_args: list[str] | None = None,
 ) -> LoadResult:
     """Run one load in a subprocess; its raw output stays in work_dir/NAME.json."""
+    if spec.workload.kind == "trace":  # a bad trace is the config's fault: say which line, not a subprocess log
+        try:
+            check_trace(spec.workload, spec.total_requests)
+        except TraceError as exc:
+            raise LoadError(str(exc)) from exc
     work_dir.mkdir(parents=True, exist_ok=True)
     spec_path, out_path, log_path = (work_dir / f"{name}{ext}" for ext in (".spec.json", ".json", ".log"))
     spec_path.write_text(spec.model_dump_json(indent=1), encoding="utf-8")

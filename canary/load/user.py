@@ -42,11 +42,17 @@ class RequestSource:
     in_flight: int = 0
     t0_perf: float = 0.0
     t0_epoch: float = 0.0
+    # ordered plans (multi_turn): the indexes into `plan` not yet taken, those finished, a wake-up
+    _pending: list[int] | None = None
+    _finished: set[int] = field(default_factory=set)
+    _progress: Event = field(default_factory=Event)
 
     def start(self) -> None:
         """Mark time zero of the run (open-loop arrivals are relative to it)."""
         self.t0_perf = time.perf_counter()
         self.t0_epoch = time.time()
+        if any(r.after is not None for r in self.plan):
+            self._pending = list(range(len(self.plan)))
         if not self.plan:
             self.all_done.set()
 
@@ -56,6 +62,8 @@ class RequestSource:
 
     def take(self) -> PlannedRequest | None:
         """The next request to send, or None when the plan is spent or the deadline has passed."""
+        if self._pending is not None:
+            return self._take_ordered()
         if self.next_index >= len(self.plan) or time.perf_counter() - self.t0_perf >= self.deadline_s:
             return None
         request = self.plan[self.next_index]
@@ -63,10 +71,34 @@ class RequestSource:
         self.in_flight += 1
         return request
 
+    def _take_ordered(self) -> PlannedRequest | None:
+        """The first request not taken whose predecessor (`after`) has finished; waits while none has.
+
+        The first pending request's predecessor always was taken (it comes earlier in the plan), so
+        while nothing is ready something is in flight, and its finish wakes the waiting users."""
+        assert self._pending is not None
+        while self._pending:
+            remaining = self.deadline_s - (time.perf_counter() - self.t0_perf)
+            if remaining <= 0:
+                return None
+            for position, index in enumerate(self._pending):
+                after = self.plan[index].after
+                if after is None or after in self._finished:
+                    del self._pending[position]
+                    self.next_index += 1
+                    self.in_flight += 1
+                    return self.plan[index]
+            self._progress.clear()
+            self._progress.wait(timeout=remaining)
+        return None
+
     def finish(self, sample: Sample) -> None:
         """Keep a sample; signal when every planned request is back."""
         self.samples.append(sample)
         self.in_flight -= 1
+        if self._pending is not None:
+            self._finished.add(sample.index)
+            self._progress.set()
         if len(self.samples) == len(self.plan) or (self.in_flight == 0 and self._expired()):
             self.all_done.set()
 

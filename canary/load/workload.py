@@ -18,28 +18,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from canary.config.workloads import WorkloadShape, arrival_problem
+from canary.load.material import LengthDistribution, sample_lengths, text_prompt
 from canary.load.schedule import schedule
+from canary.load.shapes import ShapeInputs, shape_requests
 
 Endpoint = Literal["completions", "chat"]
-LengthDistribution = Literal["fixed", "uniform", "normal"]
 
 ENDPOINT_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
-
-# Plain words used for text prompts (chat, or completions when no token pool is known) and for
-# asking a server's /tokenize for a pool of ordinary token ids.
-_WORD_TEXT = (
-    "the of and to in is was for on are with as his they be at one have this from or had by word but "
-    "what some we can out other were all there when up use your how said an each she which do their "
-    "time if will way about many then them write would like so these her long make thing see him two "
-    "has look more day could go come did number sound no most people my over know water than call "
-    "first who may down side been now find any new work part take get place made live where after "
-    "back little only round man year came show every good me give our under name very through just "
-    "form sentence great think say help low line differ turn cause much mean before move right boy "
-    "old too same tell does set three want air well also play small end put home read hand port large "
-    "spell add even land here must big high such follow act why ask men change went light kind off "
-    "need house picture try us again animal point mother world near build self earth father head stand"
-)
-WORDS: tuple[str, ...] = tuple(_WORD_TEXT.split())
 
 
 class WorkloadSpec(BaseModel):
@@ -50,7 +36,15 @@ class WorkloadSpec(BaseModel):
     base_url: str = Field(description="Server root, e.g. http://127.0.0.1:8000 (the router for P/D).")
     model: str = Field(description="Served model name sent in every request.")
     endpoint: Endpoint = Field("completions", description="completions (/v1/completions) or chat.")
-    prompt_tokens: int = Field(64, gt=0, description="Prompt length in tokens (mean of the distribution).")
+    workload: WorkloadShape = Field(
+        default_factory=WorkloadShape, description="The named workload (synthetic: fixed/uniform/normal lengths)."
+    )
+    prompt_tokens: int = Field(
+        64,
+        gt=0,
+        description="Prompt length in tokens (mean of the distribution; shared_prefix: the suffix; "
+        "multi_turn: the new user tokens of a turn).",
+    )
     output_tokens: int = Field(32, gt=0, description="Output length in tokens (exact: ignore_eos).")
     length_distribution: LengthDistribution = Field("fixed", description="fixed, uniform or normal lengths.")
     length_spread: float = Field(
@@ -121,8 +115,9 @@ class WorkloadSpec(BaseModel):
             raise ValueError(f"concurrency {self.concurrency} is below workers {self.workers}: some would idle")
         if self.token_pool is not None and not self.token_pool:
             raise ValueError("token_pool is empty")
-        if self.open_loop and self.request_rate is None:
-            raise ValueError("open_loop needs a request_rate")
+        problem = arrival_problem(self.workload, self.open_loop, self.request_rate)
+        if problem:
+            raise ValueError(problem)
         if self.open_loop and self.workers:
             raise ValueError("open_loop runs in one process (workers must be 0)")
         return self
@@ -149,24 +144,10 @@ class PlannedRequest:
     max_tokens: int
     offset_s: float | None
     body: bytes
-
-
-def sample_lengths(
-    mean: int, distribution: LengthDistribution, spread: float, count: int, rng: random.Random
-) -> list[int]:
-    """`count` lengths (>= 1) around `mean`."""
-    if distribution == "fixed" or spread == 0:
-        return [mean] * count
-    if distribution == "uniform":
-        low, high = max(1, round(mean * (1 - spread))), max(1, round(mean * (1 + spread)))
-        return [rng.randint(low, high) for _ in range(count)]
-    return [max(1, round(rng.gauss(mean, mean * spread))) for _ in range(count)]
-
-
-def text_prompt(tokens: int, words_per_token: float, rng: random.Random) -> str:
-    """A prompt of plain words meant to be about `tokens` tokens long."""
-    count = max(1, round(tokens * words_per_token))
-    return " ".join(rng.choice(WORDS) for _ in range(count))
+    after: int | None = None
+    """multi_turn: the index of the request that must have finished before this one is sent."""
+    group: int | None = None
+    """shared_prefix: the prefix group; multi_turn: the conversation (None: synthetic)."""
 
 
 CLIENT_ID_KEY = "canary_request_id"
@@ -202,14 +183,37 @@ def request_body(
     return body
 
 
+def shape_inputs(spec: WorkloadSpec) -> ShapeInputs:
+    """What the named workloads read of a spec."""
+    return ShapeInputs(
+        shape=spec.workload,
+        total=spec.total_requests,
+        prompt_tokens=spec.prompt_tokens,
+        output_tokens=spec.output_tokens,
+        distribution=spec.length_distribution,
+        spread=spec.length_spread,
+        seed=spec.seed,
+        token_pool=spec.token_pool if spec.endpoint == "completions" else None,
+        words_per_token=spec.words_per_token,
+    )
+
+
 def build_plan(spec: WorkloadSpec) -> list[PlannedRequest]:
     """Every request of the run, in send order (warm-up first)."""
     rng = random.Random(spec.seed)
     total = spec.total_requests
-    prompt_lengths = sample_lengths(spec.prompt_tokens, spec.length_distribution, spec.length_spread, total, rng)
-    output_lengths = sample_lengths(spec.output_tokens, spec.length_distribution, spec.length_spread, total, rng)
+    shaped = None
+    if spec.workload.kind == "synthetic":  # the draws of the default workload stay exactly as they were
+        prompt_lengths = sample_lengths(spec.prompt_tokens, spec.length_distribution, spec.length_spread, total, rng)
+        output_lengths = sample_lengths(spec.output_tokens, spec.length_distribution, spec.length_spread, total, rng)
+    else:
+        shaped = shape_requests(shape_inputs(spec), rng)
+        prompt_lengths = [r.prompt_tokens for r in shaped]
+        output_lengths = [r.max_tokens for r in shaped]
     offsets: list[float | None]
-    if spec.request_rate is None:
+    if shaped is not None and spec.workload.kind == "trace":
+        offsets = [r.offset_s for r in shaped]
+    elif spec.request_rate is None:
         offsets = [None] * total
     else:  # its own generator: the same seed gives the same schedule whatever the lengths
         seed = spec.seed if spec.arrival_seed is None else spec.arrival_seed
@@ -217,7 +221,9 @@ def build_plan(spec: WorkloadSpec) -> list[PlannedRequest]:
     plan: list[PlannedRequest] = []
     for index in range(total):
         prompt: list[int] | str
-        if spec.token_pool is not None and spec.endpoint == "completions":
+        if shaped is not None:
+            prompt = shaped[index].prompt
+        elif spec.token_pool is not None and spec.endpoint == "completions":
             prompt = [rng.choice(spec.token_pool) for _ in range(prompt_lengths[index])]
         else:
             prompt = text_prompt(prompt_lengths[index], spec.words_per_token, rng)
@@ -232,13 +238,20 @@ def build_plan(spec: WorkloadSpec) -> list[PlannedRequest]:
                 max_tokens=output_lengths[index],
                 offset_s=offsets[index],
                 body=json.dumps(body, separators=(",", ":")).encode(),
+                after=None if shaped is None else shaped[index].after,
+                group=None if shaped is None else shaped[index].group,
             )
         )
     return plan
 
 
 def share_of_plan(plan: list[PlannedRequest], worker_index: int, num_workers: int) -> list[PlannedRequest]:
-    """The requests one worker of a distributed run sends: every num_workers-th, from its index."""
+    """The requests one worker of a distributed run sends: every num_workers-th, from its index.
+
+    A plan with ordered requests (multi_turn) is shared by conversation instead: every turn of one
+    conversation goes to the same worker, which sends each only after the previous one finished."""
     if not 0 <= worker_index < num_workers:
         raise ValueError(f"worker index {worker_index} outside 0..{num_workers - 1}")
+    if any(r.after is not None for r in plan):
+        return [r for r in plan if (r.group or 0) % num_workers == worker_index]
     return plan[worker_index::num_workers]

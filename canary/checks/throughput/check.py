@@ -95,6 +95,7 @@ def build_spec(cfg: ThroughputCheckConfig, deployment: Deployment, repeat: int =
         base_url=deployment.base_url,
         model=deployment.served_model,
         endpoint=cfg.endpoint,
+        workload=cfg.workload,
         prompt_tokens=cfg.prompt_tokens,
         output_tokens=cfg.output_tokens,
         length_distribution=cfg.length_distribution,

@@ -153,3 +153,20 @@ def test_cli_block_size_abc_exits_2() -> None:
     assert result.returncode == 2
     assert "canary: error: --set matrix.prefill_block_sizes=[abc]: matrix.prefill_block_sizes.0:" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_trace_workload_is_read_when_the_config_loads(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 8, "output_length": 2}\n{"timestamp": 5}\n')
+    data = _base()
+    workload = {"kind": "trace", "trace_path": str(trace)}
+    with pytest.raises(ConfigError) as info:
+        load_config(_write(tmp_path, data), [f"checks.throughput.workload={workload}"])
+    assert info.value.key_path == "checks.throughput.workload.trace_path"
+    assert f"{trace}:2: no 'input_length'" in info.value.message
+    trace.write_text('{"timestamp": 0, "input_length": 8, "output_length": 2}\n')
+    config = load_config(_write(tmp_path, data), [f"checks.throughput.workload={workload}"])
+    assert config.checks.throughput.workload.kind == "trace"
+    missing = {"kind": "trace", "trace_path": str(tmp_path / "none.jsonl")}
+    with pytest.raises(ConfigError, match="cannot read the trace"):
+        load_config(_write(tmp_path, data), [f"checks.throughput.workload={missing}"])
