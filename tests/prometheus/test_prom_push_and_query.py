@@ -201,7 +201,20 @@ def _expected_alerts(run: RunResult) -> dict[str, set[str]]:
         base = baseline_tps.get(coordinates(c))
         if c.cell.image != run.baseline_image and tps is not None and base and tps / base < 0.8:
             regression.add(c.cell.id)
+    # A candidate's capacity interval ending below where the baseline's starts (both ends present).
+    baseline_capacity_low = {
+        coordinates(c): metric(c.cell.id, "throughput", "capacity_low_requests_per_s")
+        for c in run.cells
+        if c.cell.image == run.baseline_image
+    }
+    capacity_regression = set()
+    for c in run.cells:
+        high = metric(c.cell.id, "throughput", "capacity_high_requests_per_s")
+        low = baseline_capacity_low.get(coordinates(c))
+        if c.cell.image != run.baseline_image and high is not None and low and high / low < 1:
+            capacity_regression.add(c.cell.id)
     return {
+        "CanaryCapacityRegression": capacity_regression,
         "CanaryCellFailing": {c.cell.id for c in run.cells if c.verdict in DEFINITIVE_FAILURES},
         # A run-level alert (no cell label): "" when the run is inconclusive.
         "CanaryRunInconclusive": {""} if run.outcome == "inconclusive" else set(),
