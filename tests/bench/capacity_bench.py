@@ -161,25 +161,41 @@ def guidellm(args: argparse.Namespace, url: str, model: str, work: Path) -> dict
     scenario = work / "guidellm-scenario.json"
     scenario.write_text(json.dumps(guidellm_scenario(args, url, model, out), indent=1), encoding="utf-8")
     log_path = work / "guidellm.log"
+    command = [str(exe), "run", "-c", str(scenario), "--disable-console-interactive"]
     env = {**os.environ, **OFFLINE_ENV}
+    code, row["seconds"] = _run_peer(command, env, work, log_path, args.budget_s + GUIDELLM_GRACE_S)
+    if code != 0 or not out.exists():
+        return {**row, "error": _failure("guidellm", code, log_path)}
+    return {**row, **read_guidellm(json.loads(out.read_text(encoding="utf-8")))}
+
+
+def _run_peer(
+    command: list[str], env: dict[str, str], cwd: Path, log_path: Path, timeout_s: float
+) -> tuple[int | None, float]:
+    """A peer tool in its own process group, its output in log_path, always stopped: (exit code or None
+    when it timed out, seconds it ran)."""
     started = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [str(exe), "run", "-c", str(scenario), "--disable-console-interactive"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=work,
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=cwd
         )  # fmt: skip
         try:
-            code: int | None = proc.wait(timeout=args.budget_s + GUIDELLM_GRACE_S)
+            code: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             code = None
         finally:
             _stop_group(proc)
-    row["seconds"] = time.monotonic() - started
-    if code != 0 or not out.exists():
-        tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
-        why = "timed out" if code is None else f"exited {code}"
-        return {**row, "error": f"guidellm {why}: {' | '.join(tail)[:300]} (log: {log_path})"}
-    return {**row, **read_guidellm(json.loads(out.read_text(encoding="utf-8")))}
+    return code, time.monotonic() - started
+
+
+def _why(code: int | None) -> str:
+    return "timed out" if code is None else f"exited {code}"
+
+
+def _failure(tool: str, code: int | None, log_path: Path) -> str:
+    """Why a peer gave no answer: how it ended and its log's last lines."""
+    tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
+    return f"{tool} {_why(code)}: {' | '.join(tail)[:300]} (log: {log_path})"
 
 
 def aiperf(args: argparse.Namespace, url: str, model: str, work: Path) -> dict[str, Any]:
@@ -199,26 +215,13 @@ def aiperf(args: argparse.Namespace, url: str, model: str, work: Path) -> dict[s
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env |= {"HF_HUB_DISABLE_TELEMETRY": "1", "AIPERF_SEARCH_PLANNER_SLA_PRECISION_DEFAULT": f"{args.precision:g}"}
     log_path = work / "aiperf.log"
-    started = time.monotonic()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=work
-        )  # fmt: skip
-        try:
-            code: int | None = proc.wait(timeout=args.aiperf_timeout_s)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            _stop_group(proc)
-    row["seconds"] = time.monotonic() - started
+    code, row["seconds"] = _run_peer(command, env, work, log_path, args.aiperf_timeout_s)
     history = artifacts / HISTORY
     if not history.exists():  # it is rewritten after every iteration: a timed-out search still has its probes
-        tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
-        why = "timed out" if code is None else f"exited {code}"
-        return {**row, "error": f"aiperf {why}: {' | '.join(tail)[:300]} (log: {log_path})"}
+        return {**row, "error": _failure("aiperf", code, log_path)}
     found = read_aiperf(json.loads(history.read_text(encoding="utf-8")), load_runs(artifacts))
     if code != 0:
-        found["stop_reason"] = f"{'timed out' if code is None else f'exited {code}'} ({found.get('stop_reason')})"
+        found["stop_reason"] = f"{_why(code)} ({found.get('stop_reason')})"
     return {**row, **found}
 
 

@@ -189,12 +189,13 @@ def _expected_alerts(run: RunResult) -> dict[str, set[str]]:
     def coordinates(result: CellResult) -> tuple[str, ...]:
         return tuple(v for k, v in result.cell.axis_values().items() if k != "image")
 
+    def on_baseline(key: str) -> dict[tuple[str, ...], float | None]:
+        """A throughput metric of every baseline-image cell, by its coordinates."""
+        baseline = [c for c in run.cells if c.cell.image == run.baseline_image]
+        return {coordinates(c): metric(c.cell.id, "throughput", key) for c in baseline}
+
     ids = [c.cell.id for c in run.cells]
-    baseline_tps = {
-        coordinates(c): metric(c.cell.id, "throughput", "output_tokens_per_s")
-        for c in run.cells
-        if c.cell.image == run.baseline_image
-    }
+    baseline_tps = on_baseline("output_tokens_per_s")
     regression = set()
     for c in run.cells:
         tps = metric(c.cell.id, "throughput", "output_tokens_per_s")
@@ -202,11 +203,7 @@ def _expected_alerts(run: RunResult) -> dict[str, set[str]]:
         if c.cell.image != run.baseline_image and tps is not None and base and tps / base < 0.8:
             regression.add(c.cell.id)
     # A candidate's capacity interval ending below where the baseline's starts (both ends present).
-    baseline_capacity_low = {
-        coordinates(c): metric(c.cell.id, "throughput", "capacity_low_requests_per_s")
-        for c in run.cells
-        if c.cell.image == run.baseline_image
-    }
+    baseline_capacity_low = on_baseline("capacity_low_requests_per_s")
     capacity_regression = set()
     for c in run.cells:
         high = metric(c.cell.id, "throughput", "capacity_high_requests_per_s")
