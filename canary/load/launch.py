@@ -2,8 +2,9 @@
 
 `run_load` writes the spec, starts `python -m canary.load.run` in its own process group with a
 deadline, always kills the group on the way out, and turns the raw output into samples, client
-health and metrics. `token_pool` asks a server for ordinary token ids (its own `/tokenize`), so
-prompts have an exact length without a tokenizer in the controller.
+health and metrics. `LoadSession` keeps one such process for many short runs. `token_pool` asks a
+server for ordinary token ids (its own `/tokenize`), so prompts have an exact length without a
+tokenizer in the controller.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -19,7 +21,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from canary.config.trace import TraceError
 from canary.load.material import WORDS
@@ -104,15 +106,7 @@ def run_load(
     extra_args: list[str] | None = None,
 ) -> LoadResult:
     """Run one load in a subprocess; its raw output stays in work_dir/NAME.json."""
-    if spec.workload.kind == "trace":  # a bad trace is the config's fault: say which line, not a subprocess log
-        try:
-            check_trace(spec.workload, spec.total_requests)
-        except TraceError as exc:
-            raise LoadError(str(exc)) from exc
-    work_dir.mkdir(parents=True, exist_ok=True)
-    spec_path, out_path, log_path = (work_dir / f"{name}{ext}" for ext in (".spec.json", ".json", ".log"))
-    spec_path.write_text(spec.model_dump_json(indent=1), encoding="utf-8")
-    out_path.unlink(missing_ok=True)
+    spec_path, out_path, log_path = _prepare(spec, work_dir, name)
     args = [python, "-m", "canary.load.run", "--spec", str(spec_path), "--out", str(out_path), *(extra_args or [])]
     deadline_s = spec.max_duration_s + SUBPROCESS_GRACE_S
     with open(log_path, "wb") as log:
@@ -128,9 +122,106 @@ def run_load(
     if code != 0 or not out_path.exists():
         tail = log_path.read_text(encoding="utf-8", errors="replace")[-2000:]
         raise LoadError(f"load run exited with {code}; log {log_path}:\n{tail}")
+    return _read(spec, out_path, slo)
+
+
+def _prepare(spec: WorkloadSpec, work_dir: Path, name: str) -> tuple[Path, Path, Path]:
+    """Check the spec's own input, write it; (spec, out, log) paths of run NAME in work_dir."""
+    if spec.workload.kind == "trace":  # a bad trace is the config's fault: say which line, not a subprocess log
+        try:
+            check_trace(spec.workload, spec.total_requests)
+        except TraceError as exc:
+            raise LoadError(str(exc)) from exc
+    work_dir.mkdir(parents=True, exist_ok=True)
+    spec_path, out_path, log_path = (work_dir / f"{name}{ext}" for ext in (".spec.json", ".json", ".log"))
+    spec_path.write_text(spec.model_dump_json(indent=1), encoding="utf-8")
+    out_path.unlink(missing_ok=True)
+    return spec_path, out_path, log_path
+
+
+def _read(spec: WorkloadSpec, out_path: Path, slo: Slo | None) -> LoadResult:
     result = analyze(spec, json.loads(out_path.read_text(encoding="utf-8")), slo)
     result.out_path = out_path
     return result
+
+
+class LoadSession:
+    """One load process for many short runs (`python -m canary.load.run --serve`).
+
+    A run costs its requests only, not ~3 s of CPU to start Python, locust and gevent: the paired
+    verdict's windows are 16-request runs. Each run is the same code as `run_load`'s (one local
+    process, open or closed loop) with the same deadline; the process is stopped (its whole group)
+    when the `with` block ends, also on an exception or Ctrl-C, and after a run that missed its
+    deadline. `run` has run_load's signature for what the paired check needs."""
+
+    def __init__(self, log_path: Path, *, python: str = sys.executable) -> None:
+        self.log_path = log_path
+        self.python = python
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def __enter__(self) -> LoadSession:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "wb")  # closed in close()
+        self._proc = subprocess.Popen(
+            [self.python, "-m", "canary.load.run", "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            start_new_session=True,
+        )
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the process (EOF first, then its group) and close its log."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                assert proc.stdin is not None
+                proc.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+            _kill_group(proc)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def run(self, spec: WorkloadSpec, work_dir: Path, name: str = "load", slo: Slo | None = None) -> LoadResult:
+        """One load run in the session's process; its raw output stays in work_dir/NAME.json."""
+        proc = self._proc
+        if proc is None or proc.stdin is None or proc.stdout is None:
+            raise LoadError("the load session is not running")
+        spec_path, out_path, _log = _prepare(spec, work_dir, name)
+        deadline_s = spec.max_duration_s + SUBPROCESS_GRACE_S
+        try:
+            proc.stdin.write((json.dumps({"spec": str(spec_path), "out": str(out_path)}) + "\n").encode())
+            proc.stdin.flush()
+        except OSError as exc:
+            raise LoadError(f"the load session's process is gone ({exc}); log: {self.log_path}") from exc
+        answer = _read_line(proc.stdout, deadline_s)
+        if answer is None:
+            self.close()
+            raise LoadError(f"load run {name} exceeded {deadline_s:.0f}s; session stopped; log: {self.log_path}")
+        if not answer:
+            tail = self.log_path.read_text(encoding="utf-8", errors="replace")[-2000:]
+            raise LoadError(f"the load session's process ended during run {name}; log {self.log_path}:\n{tail}")
+        if not answer.startswith("done ") or not out_path.exists():
+            raise LoadError(f"load run {name} failed in the session: {answer}")
+        return _read(spec, out_path, slo)
+
+
+def _read_line(stream: IO[bytes], timeout_s: float) -> str | None:
+    """One line from a pipe within timeout_s: the line ("" at EOF), or None when none came in time."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(stream, selectors.EVENT_READ)
+        if not selector.select(timeout=timeout_s):
+            return None
+    return stream.readline().decode("utf-8", errors="replace").strip()
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

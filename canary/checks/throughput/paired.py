@@ -34,7 +34,7 @@ from canary.core import metric_keys as keys
 from canary.core.paired import PairedVerdict, Window, abba_order, paired_verdict
 from canary.judge.request_tests import PAIRED_GATE_PREFIX, gates_verdict
 from canary.judge.results import CAUSE_KEY, CheckResult, Gate
-from canary.load.launch import LoadError, LoadResult, run_load
+from canary.load.launch import LoadError, LoadResult, LoadSession
 from canary.load.workload import WorkloadSpec
 from canary.targets.base import Deployment
 
@@ -45,10 +45,6 @@ same prompts."""
 
 Arm = Literal["baseline", "candidate"]
 LoadFn = Callable[[WorkloadSpec, Path, str], LoadResult]
-
-
-def _run(spec: WorkloadSpec, work_dir: Path, name: str) -> LoadResult:
-    return run_load(spec, work_dir, name=name)
 
 
 def applies(ctx: CheckContext) -> bool:
@@ -72,12 +68,13 @@ def window_spec(
     )
 
 
-def add_paired(ctx: CheckContext, base: WorkloadSpec, result: CheckResult, load: LoadFn = _run) -> None:
+def add_paired(ctx: CheckContext, base: WorkloadSpec, result: CheckResult, load: LoadFn | None = None) -> None:
     """Run the paired measurement and add its gate, metrics, evidence.paired and summary to `result`.
 
     `base` is the check's workload (token pool included); skipped when the check's own measurement
     was not a pass (an erroring or failing candidate needs no comparison; an invalid client would
-    not measure the pairs either)."""
+    not measure the pairs either). Every window runs in one load process (`LoadSession`) unless
+    `load` says otherwise (tests)."""
     paired = ctx.config.checks.throughput.paired
     counterpart = ctx.baseline_cell()
     block: dict[str, Any] = {
@@ -169,14 +166,23 @@ def _candidate_errors(ctx: CheckContext, records: list[dict[str, Any]]) -> list[
 
 
 def _measure(
-    ctx: CheckContext, counterpart_id: str, base: WorkloadSpec, load: LoadFn
+    ctx: CheckContext, counterpart_id: str, base: WorkloadSpec, load: LoadFn | None
 ) -> tuple[list[Window], list[dict[str, Any]], list[str], str | None]:
     """Every round's windows; (windows, per-window records, problems, why it could not measure)."""
+    work = ctx.cell_dir / "throughput" / "paired"
+    if load is not None:
+        return _rounds(ctx, counterpart_id, base, load, work)
+    with LoadSession(work / "load-session.log") as session:
+        return _rounds(ctx, counterpart_id, base, session.run, work)
+
+
+def _rounds(
+    ctx: CheckContext, counterpart_id: str, base: WorkloadSpec, load: LoadFn, work: Path
+) -> tuple[list[Window], list[dict[str, Any]], list[str], str | None]:
     paired = ctx.config.checks.throughput.paired
     counterpart = ctx.baseline_cell()
     deploy = ctx.deploy
     assert counterpart is not None and deploy is not None  # applies() said so
-    work = ctx.cell_dir / "throughput" / "paired"
     windows: list[Window] = []
     records: list[dict[str, Any]] = []
     problems: list[str] = []
