@@ -118,6 +118,10 @@ class WorkloadSpec(BaseModel):
         problem = arrival_problem(self.workload, self.open_loop, self.request_rate)
         if problem:
             raise ValueError(problem)
+        if self.workload.kind == "block_residues" and self.workload.block_sizes is None:
+            raise ValueError(
+                "workload block_residues needs block_sizes in a load spec (the throughput check fills in the cell's)"
+            )
         if self.open_loop and self.workers:
             raise ValueError("open_loop runs in one process (workers must be 0)")
         return self

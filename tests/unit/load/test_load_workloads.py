@@ -53,7 +53,9 @@ def _write_trace(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 @pytest.mark.parametrize("kind", ["shared_prefix", "multi_turn", "block_residues"])
 def test_a_named_workload_is_seeded(kind: str) -> None:
-    spec = _spec({"kind": kind}, length_distribution="uniform")
+    spec = _spec(
+        {"kind": kind, "block_sizes": [16] if kind == "block_residues" else None}, length_distribution="uniform"
+    )
     assert _same_plan(build_plan(spec), build_plan(spec))
     assert not _same_plan(build_plan(spec), build_plan(spec.model_copy(update={"seed": 4})))
 
