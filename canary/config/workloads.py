@@ -71,8 +71,6 @@ def arrival_problem(shape: WorkloadShape, open_loop: bool, request_rate: float |
     """Why this workload cannot run with these arrivals (None: it can)."""
     if open_loop and request_rate is None and shape.kind != "trace":
         return "open_loop needs a request_rate (or a trace workload, whose arrivals come from the file)"
-    if open_loop and shape.kind == "multi_turn":
-        return "multi_turn sends a turn only after the previous one finished: closed loop only (open_loop false)"
     if not open_loop and shape.kind == "multi_turn" and shape.think_time_s > 0:
         return "multi_turn think_time_s needs open_loop (the closed loop's users send the next turn at once)"
     return None
