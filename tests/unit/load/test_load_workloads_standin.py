@@ -119,6 +119,9 @@ def test_open_loop_multi_turn_starts_on_the_schedule_and_follows_each_turn(
     samples = {s.index: s for s in result.samples}
     records = {r.request_id: r for r in standin.records()}
     assert len(samples) == len(records) == 12
+    # the rate starts conversations: it is not the request rate, which follows the server's pace
+    assert result.metrics["intended_conversation_rate_per_s"] == 10.0
+    assert "intended_request_rate_per_s" not in result.metrics
     firsts = [p for p in plan if p.after is None]
     assert len(firsts) == 4 and all(p.offset_s is not None for p in firsts)
     # the first turns keep the schedule: intended times on the plan's offsets, sent on time
