@@ -2,15 +2,20 @@
 
 vLLM answers a request whose prompt plus max_tokens exceeds --max-model-len with HTTP 400, so a config
 that sends one would start engines only to judge every cell failed. The throughput load's longest prompt
-plus its output, the parity prompts plus their generated tokens and the accuracy answers are checked
-here against every model of the config, at load time.
+plus its output (a named workload's longest request: a shared prefix with its suffix, a conversation's
+last turn, the largest block residue of the matrix's logical blocks, a trace's longest line), the parity
+prompts plus their generated tokens and the accuracy answers are checked here against every model of
+the config, at load time.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from canary.config.checks import ThroughputCheckConfig
 from canary.config.models import ModelSpec
 from canary.config.root import CanaryConfig
+from canary.config.trace import load_trace
 from canary.errors import ConfigError
 
 PARITY_MIN_PROMPT = 2
@@ -46,7 +51,7 @@ def check_lengths(config: CanaryConfig, source: str) -> None:
     index, model = _shortest_model(config)
     checks = config.checks
     if checks.throughput.enabled:
-        _check_throughput(checks.throughput, index, model, source)
+        _check_throughput(config, index, model, source)
     if checks.parity.enabled:
         _check_parity(config, index, model, source)
     if checks.accuracy.enabled and checks.accuracy.max_gen_toks >= model.max_model_len:
@@ -58,7 +63,65 @@ def check_lengths(config: CanaryConfig, source: str) -> None:
         )
 
 
-def _check_throughput(settings: ThroughputCheckConfig, index: int, model: ModelSpec, source: str) -> None:
+def logical_block_sizes(config: CanaryConfig) -> list[int]:
+    """Every logical block size the matrix names (axes and hand-added cells)."""
+    matrix = config.matrix
+    sizes = {*matrix.prefill_block_sizes, *(matrix.decode_block_sizes or [])}
+    sizes |= {size for cell in matrix.include for size in (cell.prefill_block_size, cell.decode_block_size)}
+    return sorted(sizes)
+
+
+def workload_longest(config: CanaryConfig) -> tuple[int, str, str] | None:
+    """The longest request (prompt + output tokens) a named workload sends, the key that sets it and how it
+    is made up; None for synthetic (prompt_tokens and output_tokens alone, checked on their own)."""
+    settings = config.checks.throughput
+    shape = settings.workload
+    prompt, output = longest(settings.prompt_tokens, settings), longest(settings.output_tokens, settings)
+    key = "checks.throughput.workload"
+    if shape.kind == "shared_prefix":
+        return (
+            shape.prefix_tokens + prompt + output,
+            f"{key}.prefix_tokens",
+            (f"prefix_tokens {shape.prefix_tokens} + a suffix up to {prompt} + output up to {output}"),
+        )
+    if shape.kind == "multi_turn":  # the last turn: every turn's new tokens and every earlier turn's output
+        turns = shape.turns
+        return (
+            turns * (prompt + output),
+            f"{key}.turns",
+            (f"turn {turns} of a conversation: {turns} x (up to {prompt} new + up to {output} output) tokens"),
+        )
+    if shape.kind == "block_residues":  # a cell's kernel block divides its logical block: the logical is the top
+        sizes = shape.block_sizes or logical_block_sizes(config)
+        top = max(shape.block_multiples) * max(sizes) + 1
+        return (
+            top + output,
+            f"{key}.block_multiples",
+            (f"a {top}-token prompt ({max(shape.block_multiples)} x block {max(sizes)} + 1) + output up to {output}"),
+        )
+    if shape.kind == "trace":
+        trace = load_trace(Path(str(shape.trace_path)))[: settings.warmup_requests + settings.num_requests]
+        line = max(trace, key=lambda r: r.input_length + r.output_length)
+        return (
+            line.input_length + line.output_length,
+            f"{key}.trace_path",
+            (f"{shape.trace_path}:{line.line} asks {line.input_length} + {line.output_length} tokens"),
+        )
+    return None
+
+
+def _check_throughput(config: CanaryConfig, index: int, model: ModelSpec, source: str) -> None:
+    settings = config.checks.throughput
+    named = workload_longest(config)
+    if named is not None:
+        total, key, how = named
+        if total > model.max_model_len:
+            raise ConfigError(
+                source,
+                key,
+                f"the {settings.workload.kind} workload's longest request is {total} tokens ({how}): beyond "
+                f"{_model_label(index, model)}, vLLM would answer it with HTTP 400",
+            )
     prompt, output = longest(settings.prompt_tokens, settings), longest(settings.output_tokens, settings)
     if prompt + output <= model.max_model_len:
         return

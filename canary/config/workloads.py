@@ -24,17 +24,26 @@ class WorkloadShape(Strict):
         description="synthetic: fresh prompts of prompt_tokens (length_distribution); shared_prefix: prefix_groups "
         "groups, each a common prefix of prefix_tokens then a fresh suffix of prompt_tokens, requests interleaved "
         "across groups; multi_turn: conversations of `turns` turns, each turn's prompt the previous prompt, the "
-        "previous output's length in stand-in tokens and prompt_tokens new ones, sent in order (closed loop only); "
+        "previous output's length in stand-in tokens and prompt_tokens new ones, each sent after the previous one "
+        "finished (open loop: conversations start on the schedule, request_rate conversations/s); "
         "block_residues: prompt lengths k*B-1, k*B, k*B+1 for every B in block_sizes and k in block_multiples, in "
         "turn; trace: replay trace_path (Mooncake JSONL: timestamp ms, input_length, output_length, hash_ids).",
     )
     prefix_groups: PositiveInt = Field(4, description="shared_prefix: number of groups (distinct prefixes).")
     prefix_tokens: PositiveInt = Field(256, description="shared_prefix: tokens of each group's common prefix.")
     turns: int = Field(3, ge=2, description="multi_turn: turns per conversation.")
-    block_sizes: list[PositiveInt] = Field(
-        [16],
+    think_time_s: float = Field(
+        0.0,
+        ge=0,
+        description="multi_turn, open loop: mean think time (exponential, seeded) between a turn's end and the "
+        "conversation's next turn; 0: none. The closed loop sends the next turn at once.",
+    )
+    block_sizes: list[PositiveInt] | None = Field(
+        None,
         min_length=1,
-        description="block_residues: KV block sizes B in tokens (list the cell's logical and kernel block sizes).",
+        description="block_residues: KV block sizes B in tokens. None: the cell's own, filled in by the throughput "
+        "check: its logical block(s) (prefill and decode) and its kernel block(s), as the engine reported them at "
+        "startup where it did, else as the catalog / config declares them.",
     )
     block_multiples: list[PositiveInt] = Field(
         [1, 2], min_length=1, description="block_residues: the k of the lengths k*B-1, k*B and k*B+1."
@@ -62,6 +71,6 @@ def arrival_problem(shape: WorkloadShape, open_loop: bool, request_rate: float |
     """Why this workload cannot run with these arrivals (None: it can)."""
     if open_loop and request_rate is None and shape.kind != "trace":
         return "open_loop needs a request_rate (or a trace workload, whose arrivals come from the file)"
-    if open_loop and shape.kind == "multi_turn":
-        return "multi_turn sends a turn only after the previous one finished: closed loop only (open_loop false)"
+    if not open_loop and shape.kind == "multi_turn" and shape.think_time_s > 0:
+        return "multi_turn think_time_s needs open_loop (the closed loop's users send the next turn at once)"
     return None

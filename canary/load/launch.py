@@ -76,7 +76,11 @@ def analyze(spec: WorkloadSpec, raw: dict[str, Any], slo: Slo | None = None) -> 
     """Samples, health and metrics from the subprocess's raw JSON."""
     samples = [Sample.from_json(s) for s in raw["samples"]]
     health = ClientHealth.from_json(raw["health"])
-    metrics = summarize(samples, slo=slo, intended_rate=spec.request_rate, health=health)
+    # open-loop multi_turn: request_rate starts conversations; the request rate follows the server's pace
+    conversations = spec.open_loop and spec.workload.kind == "multi_turn"
+    metrics = summarize(samples, slo=slo, intended_rate=None if conversations else spec.request_rate, health=health)
+    if conversations and spec.request_rate is not None:
+        metrics["intended_conversation_rate_per_s"] = spec.request_rate
     metrics["requests_not_sent"] = float(raw["not_sent"])
     metrics["requests_cut_by_deadline"] = float(raw["cut"])
     if "max_in_flight_seen" in raw:

@@ -17,7 +17,8 @@ Prompts are token ids from spec.token_pool for /v1/completions (exact lengths), 
   generated: the prompt has the right length and the right shared prefix with the previous turn
   (what the prefix cache sees), without waiting for the answer's token ids. Each turn names its
   predecessor (`after`); the closed loop sends it only once that one finished (user.RequestSource).
-- block_residues: prompt lengths k*B-1, k*B and k*B+1 (>= 1) for every B and k, sorted, in turn.
+- block_residues: prompt lengths k*B-1, k*B and k*B+1 (>= 1) for every B and k, sorted, in turn (the
+  B are given here: canary/checks/throughput/workload.py fills in the cell's own when the config has none).
 - trace: request i is line i of a Mooncake JSONL trace; its arrival offset is its timestamp minus
   the first one (ms to s, times trace_time_scale). Hash id h stands for one block of
   trace_block_tokens tokens drawn from a generator seeded by (seed, h): requests that share hash
@@ -150,6 +151,8 @@ def residue_lengths(block_sizes: list[int], multiples: list[int]) -> list[int]:
 
 def _block_residues(spec: ShapeInputs, rng: random.Random) -> list[ShapedRequest]:
     draw = _Draw(spec)
+    if spec.shape.block_sizes is None:  # WorkloadSpec refuses this: the throughput check fills in the cell's
+        raise ValueError("block_residues has no block_sizes")
     lengths = residue_lengths(spec.shape.block_sizes, spec.shape.block_multiples)
     _, outputs = _lengths(spec, rng)
     requests = []

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from canary.config.workloads import WorkloadShape, arrival_problem
 from canary.load.material import LengthDistribution, sample_lengths, text_prompt
 from canary.load.schedule import schedule
-from canary.load.shapes import ShapeInputs, shape_requests
+from canary.load.shapes import ShapedRequest, ShapeInputs, shape_requests
 
 Endpoint = Literal["completions", "chat"]
 
@@ -118,6 +118,10 @@ class WorkloadSpec(BaseModel):
         problem = arrival_problem(self.workload, self.open_loop, self.request_rate)
         if problem:
             raise ValueError(problem)
+        if self.workload.kind == "block_residues" and self.workload.block_sizes is None:
+            raise ValueError(
+                "workload block_residues needs block_sizes in a load spec (the throughput check fills in the cell's)"
+            )
         if self.open_loop and self.workers:
             raise ValueError("open_loop runs in one process (workers must be 0)")
         return self
@@ -148,6 +152,8 @@ class PlannedRequest:
     """multi_turn: the index of the request that must have finished before this one is sent."""
     group: int | None = None
     """shared_prefix: the prefix group; multi_turn: the conversation (None: synthetic)."""
+    think_s: float | None = None
+    """Open-loop multi_turn: sent this long after its predecessor (`after`) finished (None: on its offset)."""
 
 
 CLIENT_ID_KEY = "canary_request_id"
@@ -211,6 +217,7 @@ def build_plan(spec: WorkloadSpec) -> list[PlannedRequest]:
         prompt_lengths = [r.prompt_tokens for r in shaped]
         output_lengths = [r.max_tokens for r in shaped]
     offsets: list[float | None]
+    thinks: list[float | None] = [None] * total
     if shaped is not None and spec.workload.kind == "trace":
         offsets = [r.offset_s for r in shaped]
     elif spec.request_rate is None:
@@ -218,6 +225,8 @@ def build_plan(spec: WorkloadSpec) -> list[PlannedRequest]:
     else:  # its own generator: the same seed gives the same schedule whatever the lengths
         seed = spec.seed if spec.arrival_seed is None else spec.arrival_seed
         offsets = list(schedule(total, spec.request_rate, spec.burstiness, seed, spec.ramp_s))
+        if shaped is not None and spec.open_loop and spec.workload.kind == "multi_turn":
+            offsets, thinks = _conversation_times(spec, shaped, offsets)
     plan: list[PlannedRequest] = []
     for index in range(total):
         prompt: list[int] | str
@@ -240,9 +249,30 @@ def build_plan(spec: WorkloadSpec) -> list[PlannedRequest]:
                 body=json.dumps(body, separators=(",", ":")).encode(),
                 after=None if shaped is None else shaped[index].after,
                 group=None if shaped is None else shaped[index].group,
+                think_s=thinks[index],
             )
         )
     return plan
+
+
+def _conversation_times(
+    spec: WorkloadSpec, shaped: list[ShapedRequest], offsets: list[float | None]
+) -> tuple[list[float | None], list[float | None]]:
+    """Open-loop multi_turn: conversation c starts at the schedule's c-th time (its first turn's offset);
+    a later turn has no offset but a think time after its predecessor's end (exponential of mean
+    think_time_s from its own generator, seeded; 0 without one)."""
+    think = spec.workload.think_time_s
+    rng = random.Random(f"canary-think-{spec.seed}")
+    starts: list[float | None] = []
+    thinks: list[float | None] = []
+    for request in shaped:
+        if request.after is None:
+            starts.append(offsets[request.group or 0])
+            thinks.append(None)
+        else:
+            starts.append(None)
+            thinks.append(rng.expovariate(1.0 / think) if think > 0 else 0.0)
+    return starts, thinks
 
 
 def share_of_plan(plan: list[PlannedRequest], worker_index: int, num_workers: int) -> list[PlannedRequest]:

@@ -281,6 +281,25 @@ def kernel_block_from_layout(layout: Mapping[str, object] | None) -> int | None:
     return None
 
 
+def role_metric(name: str, role: str) -> str:
+    """The key of a per-engine number this check writes to CheckResult.metrics: `<name>_<role>`."""
+    return f"{name}_{role}"
+
+
+def reported_kernel_block(startup: CheckResult, role: str) -> tuple[int | None, str]:
+    """The kernel block engine `role` reported (layout probe, else its log's split line) as this check
+    recorded it, and how it was read (evidence.live_config.<role>.observed.sources); (None, '') if none."""
+    value = startup.metrics.get(role_metric("kernel_block_size", role))
+    if value is None:
+        return None, ""
+    live = startup.evidence.get("live_config")
+    role_live = live.get(role) if isinstance(live, dict) else None
+    observed = role_live.get("observed") if isinstance(role_live, dict) else None
+    sources = observed.get("sources") if isinstance(observed, dict) else None
+    how = sources.get("kernel_block_size", "") if isinstance(sources, dict) else ""
+    return int(value), str(how)
+
+
 # --------------------------------------------------------------------------- the check
 
 
@@ -407,7 +426,7 @@ def startup_check(ctx: CheckContext) -> CheckResult:
             ("kv_cache_tokens", observed.kv_cache_size_tokens),
         ):
             if value is not None:
-                metrics[f"{key}_{role}"] = float(value)
+                metrics[role_metric(key, role)] = float(value)
         gates.append(
             Gate(
                 name=f"live-config-{role}",

@@ -36,7 +36,9 @@ from typing import Any
 
 from canary.checks.base import CheckContext, register
 from canary.checks.throughput import hostload, loadparity, paired, pdtime
+from canary.checks.throughput.workload import cell_workload, workload_evidence
 from canary.config import CapacityConfig, ThroughputCheckConfig
+from canary.config.workloads import WorkloadShape
 from canary.core import metric_keys as keys
 from canary.judge.capacity_gain import EVIDENCE_KEY as GAIN_EVIDENCE_KEY
 from canary.judge.capacity_gain import Capacity, judge_gain
@@ -89,13 +91,16 @@ EXPORTED_KEYS: tuple[str, ...] = (
 """The numbers of this check the exporters read."""
 
 
-def build_spec(cfg: ThroughputCheckConfig, deployment: Deployment, repeat: int = 0) -> WorkloadSpec:
-    """The workload of one repeat against a deployment (no token pool yet)."""
+def build_spec(
+    cfg: ThroughputCheckConfig, deployment: Deployment, repeat: int = 0, workload: WorkloadShape | None = None
+) -> WorkloadSpec:
+    """The workload of one repeat against a deployment (no token pool yet). `workload`: the cell's
+    (workload.cell_workload: block sizes filled in); None: the config's as it stands."""
     return WorkloadSpec(
         base_url=deployment.base_url,
         model=deployment.served_model,
         endpoint=cfg.endpoint,
-        workload=cfg.workload,
+        workload=cfg.workload if workload is None else workload,
         prompt_tokens=cfg.prompt_tokens,
         output_tokens=cfg.output_tokens,
         length_distribution=cfg.length_distribution,
@@ -299,7 +304,10 @@ def throughput_check(ctx: CheckContext) -> CheckResult:
         loadparity.finish(ctx, prepared, rider, result)
     if paired.applies(ctx):
         pool, ratio, _ = prompts
-        base = build_spec(cfg, ctx.deployment).model_copy(update={"token_pool": pool, "words_per_token": ratio})
+        shape, _ = cell_workload(ctx)
+        base = build_spec(cfg, ctx.deployment, workload=shape).model_copy(
+            update={"token_pool": pool, "words_per_token": ratio}
+        )
         paired.add_paired(ctx, base, result)
     if cfg.capacity.enabled:
         add_capacity(ctx, prompts, result)
@@ -363,7 +371,7 @@ def add_capacity(
         result.evidence["capacity"] = {"skipped": f"the throughput measurement was {result.verdict}"}
         return
     pool, ratio, _ = prompts
-    base = build_spec(cfg, ctx.deployment).model_copy(
+    base = build_spec(cfg, ctx.deployment, workload=cell_workload(ctx)[0]).model_copy(
         update={"token_pool": pool, "words_per_token": ratio, "burstiness": cap.burstiness, "workers": 0}
     )
     slo = capacity_slo(cap)
@@ -429,14 +437,21 @@ def measure(
     cfg = ctx.config.checks.throughput
     work_dir = ctx.cell_dir / "throughput" / f"attempt-{attempt + 1}" if attempt else ctx.cell_dir / "throughput"
     pool, ratio, prompt_evidence = prompts
+    shape, shape_evidence = cell_workload(ctx)
+    seeds = [cfg.seed + attempt * cfg.repeats + repeat for repeat in range(cfg.repeats)]
     runs: list[LoadResult] = []
-    evidence: dict[str, Any] = {"prompts": prompt_evidence, "endpoint": ctx.deployment.base_url, "runs": []}
+    evidence: dict[str, Any] = {
+        "prompts": prompt_evidence,
+        "endpoint": ctx.deployment.base_url,
+        "workload": workload_evidence(cfg, shape, seeds, shape_evidence),
+        "runs": [],
+    }
     pgids = [
         s.pid for s in ctx.deployment.servers.values() if s.pid is not None
     ]  # local: pid == pgid; container: its init
     foreign: list[hostload.ForeignLoad | None] = []
     for repeat in range(cfg.repeats):
-        spec = build_spec(cfg, ctx.deployment, attempt * cfg.repeats + repeat).model_copy(
+        spec = build_spec(cfg, ctx.deployment, attempt * cfg.repeats + repeat, shape).model_copy(
             update={"token_pool": pool, "words_per_token": ratio}
         )
         before = hostload.sample(pgids)

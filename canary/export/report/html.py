@@ -62,6 +62,7 @@ from canary.export.report.trends import (
     same_run,
     verdict_changed,
 )
+from canary.export.report.workload import html_section as workload_section
 from canary.judge.bisection import OUTCOME_WORDS, BisectFile, BisectReport, culprit_text, read_file
 from canary.judge.results import LATENCIES, CellResult, RunResult
 from canary.judge.verdicts import BY_NAME, OUTCOME_COLOR, VERDICT_COLOR
@@ -565,7 +566,7 @@ def render(
 {_bisections(bisections)}
 <h2>Changes</h2>{_changes(run, trends)}
 <h2>Latency under load</h2>{_data_legend()}{_latency_charts(run)}{_distributions(run, requests)}
-<h2>Throughput</h2>{_throughput_chart(run)}
+<h2>Throughput</h2>{_throughput_chart(run)}{workload_section(run)}
 {capacity_section(run, {r.cell.id: _image_color(run, r) for r in run.cells})}
 {_pd_time(run)}
 <h2>GSM8K accuracy</h2>{_accuracy_chart(run)}

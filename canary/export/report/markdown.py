@@ -24,6 +24,7 @@ from canary.export.report.grid import (
 )
 from canary.export.report.outcome import attempts_line, headline, not_passing, status_word, why
 from canary.export.report.trends import KEY_METRICS, NO_PREVIOUS, Trends, changes, same_run
+from canary.export.report.workload import markdown_lines as workload_lines
 from canary.judge.bisection import OUTCOME_WORDS, BisectFile, culprit_text, read_file
 from canary.judge.results import CellResult, RunResult
 from canary.judge.verdicts import FAILING_VERDICTS, VERDICT_SYMBOL
@@ -244,6 +245,7 @@ def render(run: RunResult, trends: Trends | None = None, bisections: BisectFile 
     images = _images(run)
     if images:
         lines += ["## Images", "", *images]
+    lines += workload_lines(run)
     lines += capacity_lines(run)
     lines += ["## Changes", "", *_changes(run, trends)]
     failures = _failures(run, bisections)

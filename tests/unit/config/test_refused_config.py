@@ -5,6 +5,7 @@ the key path, before anything starts (tests/support/refusal.py)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,16 @@ def _series_missing_its_patch(data: dict[str, Any], tmp: Path) -> None:
     data["images"]["kernel32"]["patches"] = str(series)
 
 
+def _long_trace_line(data: dict[str, Any], tmp: Path) -> None:
+    trace = tmp / "trace.jsonl"
+    rows = [
+        {"timestamp": 0, "input_length": 100, "output_length": 10},
+        {"timestamp": 5, "input_length": 2040, "output_length": 30},
+    ]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    data["checks"]["throughput"].update(workload={"kind": "trace", "trace_path": str(trace)}, open_loop=True)
+
+
 REFUSED: list[tuple[str, Mutation, str, str]] = [
     # (case, mutation of cpu-default, key path, text in the message)
     ("unknown builtin", _set("models.0.source", "builtin:tiyn"), "models.0.source", "unknown builtin model"),
@@ -69,6 +80,25 @@ REFUSED: list[tuple[str, Mutation, str, str]] = [
         "checks.throughput.prompt_tokens",
         "up to 2080",
     ),
+    (
+        "shared prefix plus suffix beyond",
+        _set("checks.throughput.workload", {"kind": "shared_prefix", "prefix_tokens": 2000}),
+        "checks.throughput.workload.prefix_tokens",
+        "longest request is 2096 tokens (prefix_tokens 2000 + a suffix up to 64 + output up to 32)",
+    ),
+    (
+        "the last turn beyond",
+        _set("checks.throughput.workload", {"kind": "multi_turn", "turns": 22}),
+        "checks.throughput.workload.turns",
+        "longest request is 2112 tokens (turn 22 of a conversation",
+    ),
+    (
+        "block residues of the matrix's largest block beyond",
+        _set("checks.throughput.workload", {"kind": "block_residues", "block_multiples": [1, 16]}),
+        "checks.throughput.workload.block_multiples",
+        "a 2049-token prompt (16 x block 128 + 1)",
+    ),
+    ("a trace line beyond", _long_trace_line, "checks.throughput.workload.trace_path", "trace.jsonl:2 asks 2040 + 30"),
     (
         "parity prompt beyond max_model_len",
         _set("checks.parity.prompt_lengths", [8, 2040]),
@@ -172,3 +202,14 @@ def test_what_fits_exactly_is_accepted() -> None:
         ],
     )
     assert config.checks.throughput.prompt_tokens + config.checks.throughput.output_tokens == 2048
+
+
+def test_named_workloads_that_fit_exactly_are_accepted() -> None:
+    for overrides in (
+        ["checks.throughput.workload.kind=shared_prefix", "checks.throughput.workload.prefix_tokens=1952"],
+        ["checks.throughput.workload.kind=multi_turn", "checks.throughput.output_tokens=32",
+         "checks.throughput.prompt_tokens=96", "checks.throughput.workload.turns=16"],
+        ["checks.throughput.workload.kind=block_residues", "checks.throughput.workload.block_multiples=[15]",
+         "checks.throughput.output_tokens=127"],
+    ):  # fmt: skip
+        load_config(CONFIGS_DIR / "cpu-default.yaml", overrides)  # 1952 + 64 + 32; 16 x 128; 15 x 128 + 1 + 127

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from pydantic import ValidationError
 from canary.checks.throughput.check import build_spec
 from canary.config.checks import ThroughputCheckConfig
 from canary.config.trace import TraceError, load_trace
+from canary.load.schedule import schedule
 from canary.load.shapes import residue_lengths
 from canary.load.workload import PlannedRequest, WorkloadSpec, build_plan, share_of_plan
 from canary.plan.cell import Cell
@@ -53,7 +55,9 @@ def _write_trace(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 @pytest.mark.parametrize("kind", ["shared_prefix", "multi_turn", "block_residues"])
 def test_a_named_workload_is_seeded(kind: str) -> None:
-    spec = _spec({"kind": kind}, length_distribution="uniform")
+    spec = _spec(
+        {"kind": kind, "block_sizes": [16] if kind == "block_residues" else None}, length_distribution="uniform"
+    )
     assert _same_plan(build_plan(spec), build_plan(spec))
     assert not _same_plan(build_plan(spec), build_plan(spec.model_copy(update={"seed": 4})))
 
@@ -113,9 +117,29 @@ def test_the_share_of_other_workloads_is_still_every_nth() -> None:
     assert _same_plan(share_of_plan(plan, 2, 3), share_of_plan(rebuilt, 2, 3))
 
 
-def test_multi_turn_is_closed_loop_only() -> None:
-    with pytest.raises(ValidationError, match="closed loop only"):
-        _spec({"kind": "multi_turn"}, open_loop=True, request_rate=5.0)
+def test_open_loop_multi_turn_starts_conversations_on_the_schedule() -> None:
+    spec = _spec({"kind": "multi_turn", "turns": 3, "think_time_s": 0.5}, open_loop=True, request_rate=5.0)
+    plan = build_plan(spec)
+    conversations = 9  # ceil(26 / 3): the first turns are requests 0..8
+    starts = schedule(26, 5.0, 1.0, spec.seed)[:conversations]
+    assert [r.offset_s for r in plan[:conversations]] == starts  # conversation c starts at the c-th arrival
+    assert all(r.think_s is None for r in plan[:conversations])
+    later = plan[conversations:]
+    assert all(r.offset_s is None and r.after is not None for r in later)  # sent after their predecessor
+    thinks = [r.think_s or 0.0 for r in later]
+    assert all(t > 0 for t in thinks) and len(set(thinks)) == len(thinks)
+    assert statistics.fmean(thinks) == pytest.approx(0.5, rel=0.6)  # exponential of mean 0.5, 17 draws
+    assert [r.think_s for r in build_plan(spec)] == [r.think_s for r in plan]  # seeded
+    assert [r.think_s for r in build_plan(spec.model_copy(update={"seed": 4}))][conversations:] != thinks
+    no_think = build_plan(_spec({"kind": "multi_turn"}, open_loop=True, request_rate=5.0))
+    assert {r.think_s for r in no_think if r.after is not None} == {0.0}
+    closed = build_plan(_spec({"kind": "multi_turn"}, request_rate=5.0))  # paced closed loop: as before
+    assert [r.offset_s for r in closed] == schedule(26, 5.0, 1.0, spec.seed)
+
+
+def test_think_time_needs_the_open_loop() -> None:
+    with pytest.raises(ValidationError, match="think_time_s needs open_loop"):
+        _spec({"kind": "multi_turn", "think_time_s": 1.0})
 
 
 def test_block_residues_are_one_either_side_of_each_multiple() -> None:
@@ -193,8 +217,10 @@ def test_the_throughput_config_carries_the_workload() -> None:
     assert spec.workload.kind == "shared_prefix" and spec.workload.prefix_tokens == 32
     with pytest.raises(ValidationError, match="capacity search does not run a multi_turn"):
         ThroughputCheckConfig.model_validate({"workload": {"kind": "multi_turn"}, "capacity": {"enabled": True}})
-    with pytest.raises(ValidationError, match="closed loop only"):
-        ThroughputCheckConfig.model_validate({"workload": {"kind": "multi_turn"}, "open_loop": True, "request_rate": 2})
+    open_turns = ThroughputCheckConfig.model_validate(
+        {"workload": {"kind": "multi_turn", "think_time_s": 0.2}, "open_loop": True, "request_rate": 2}
+    )
+    assert build_spec(open_turns, deployment).workload.think_time_s == 0.2
     trace_cfg = ThroughputCheckConfig.model_validate(
         {"workload": {"kind": "trace", "trace_path": "x.jsonl"}, "open_loop": True}
     )

@@ -106,6 +106,44 @@ def test_multi_turn_keeps_its_order_across_locust_workers(standin: ScriptedServe
             assert records[planned.request_id].received_at >= by_index[planned.after].token_at[-1]
 
 
+def test_open_loop_multi_turn_starts_on_the_schedule_and_follows_each_turn(
+    standin: ScriptedServer, tmp_path: Path
+) -> None:
+    # 4 conversations of 3 turns starting 0.1 s apart on average; a turn takes ~0.08 s, then ~0.3 s of
+    # think: on the plain schedule (12 requests at 10/s) later turns would go out before their predecessor
+    # ended plus its think time
+    workload = {"kind": "multi_turn", "turns": 3, "think_time_s": 0.3}
+    spec = _spec(standin, workload, num_requests=12, open_loop=True, request_rate=10.0)
+    result = _run(standin, spec, tmp_path)
+    plan = build_plan(spec)
+    samples = {s.index: s for s in result.samples}
+    records = {r.request_id: r for r in standin.records()}
+    assert len(samples) == len(records) == 12
+    # the rate starts conversations: it is not the request rate, which follows the server's pace
+    assert result.metrics["intended_conversation_rate_per_s"] == 10.0
+    assert "intended_request_rate_per_s" not in result.metrics
+    firsts = [p for p in plan if p.after is None]
+    assert len(firsts) == 4 and all(p.offset_s is not None for p in firsts)
+    # the first turns keep the schedule: intended times on the plan's offsets, sent on time
+    t0 = samples[0].intended_at
+    for planned in firsts:
+        sample = samples[planned.index]
+        assert sample.intended_at is not None and t0 is not None
+        assert sample.intended_at - t0 == pytest.approx(planned.offset_s, abs=1e-6)
+        assert 0 <= sample.sent_at - sample.intended_at < 0.05
+    # every later turn: after its predecessor's last token (server clock), its think time after the
+    # predecessor ended (client clock)
+    for planned in plan:
+        if planned.after is None:
+            continue
+        previous = plan[planned.after]
+        think = planned.think_s or 0.0
+        assert records[planned.request_id].received_at >= records[previous.request_id].token_at[-1] + think
+        gap = samples[planned.index].sent_at - samples[planned.after].ended_at
+        assert think <= gap < think + 0.05, (planned.index, gap, think)
+        assert samples[planned.index].intended_at == pytest.approx(samples[planned.after].ended_at + think, abs=0.01)
+
+
 def test_a_trace_is_replayed_on_its_timestamps(standin: ScriptedServer, tmp_path: Path) -> None:
     rows = [
         {"timestamp": 100 + 150 * i, "input_length": 6 + i, "output_length": 3, "hash_ids": [i % 2]} for i in range(8)
