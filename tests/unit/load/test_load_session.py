@@ -69,7 +69,7 @@ def test_one_process_serves_many_runs_like_run_load(standin: ScriptedServer, tmp
 
 def test_a_run_it_cannot_do_is_an_error_and_the_session_goes_on(standin: ScriptedServer, tmp_path: Path) -> None:
     with LoadSession(tmp_path / "session.log") as session:
-        with pytest.raises(LoadError, match="spec.workers must be 0"):
+        with pytest.raises(LoadError, match=r"spec\.workers must be 0"):
             session.run(_spec(standin, workers=2, concurrency=2), tmp_path, "bad")
         after = session.run(_spec(standin), tmp_path, "good")
     assert len(after.samples) == 6
