@@ -231,6 +231,12 @@ class PairedConfig(Strict):
         24, description="Requests measured per window (closed loop at `concurrency`, or open loop at request_rate)."
     )
     warmup_requests: int = Field(2, ge=0, description="Requests sent first in each window and not measured.")
+    fresh_candidate: bool = Field(
+        False,
+        description="Round 1 deploys the candidate afresh too (the cell's own deployment waits, idle), so both arms "
+        "start from the same state; false: round 1 measures the cell's own deployment, which has already served the "
+        "cell's checks (one deployment fewer).",
+    )
     redeploy_rounds: PositiveInt = Field(
         1,
         description="Deployments per arm. 1: the candidate's own deployment and one of the baseline, the interval "

@@ -1,14 +1,15 @@
 """The paired build-vs-build verdict (checks.throughput.paired): both images measured interleaved.
 
-On the 2-core CPU machine a deployment's throughput sits in one mode for its whole life, 1.5-2x
-apart between deployments of the same image (docs/methodology/throughput.md), so a candidate
-judged against a baseline cell deployed minutes earlier needs a 60% tolerance. Here the candidate's
-throughput check deploys the baseline counterpart cell again, beside its own deployment
-(`CheckContext.deploy`, the target's deploy: the local target picks free ports and binds the
-roles to the same cores, so only the loaded pair runs), and measures both in alternating windows of
-the same seeded workload, ABBA order (pair k: baseline first when k is even), one short load run per
-window. The statistic is canary/core/paired.py: the ratio candidate / baseline with a t interval,
-pass / regress / inconclusive against `margin`.
+On the 2-core CPU machine one closed-loop window of 16 requests spreads by ~0.2 in log from the next
+(docs/methodology/throughput.md), so a candidate judged against a baseline cell deployed minutes
+earlier needs a 60% tolerance. Here the candidate's throughput check deploys the baseline
+counterpart cell again (`CheckContext.deploy`, the target's deploy: the local target picks free ports
+and binds the roles to the same cores, so only the loaded pair runs) and, with `fresh_candidate`, the
+candidate too, so both arms start alike; then it measures both in many short alternating windows of
+the same seeded workload, ABBA order (pair k: baseline first when k is even), all in one load
+process (`LoadSession`: a window costs its requests, not a process start). The statistic is
+canary/core/paired.py: the ratio candidate / baseline with a t interval, pass / regress /
+inconclusive against `margin`.
 
 `redeploy_rounds` > 1 deploys both cells afresh for every further round (the runner's candidate
 deployment stays up, idle, meanwhile) and takes the interval over the rounds, so a deployment's
@@ -190,7 +191,7 @@ def _rounds(
         where = work / f"round-{rnd + 1}"
         with ExitStack() as stack:
             arms: dict[Arm, Deployment] = {}
-            if rnd == 0:
+            if rnd == 0 and not paired.fresh_candidate:
                 arms["candidate"] = ctx.deployment
             else:
                 arms["candidate"] = stack.enter_context(deploy(ctx.cell, where / "candidate-logs"))
@@ -222,8 +223,8 @@ def _round(
     cfg = ctx.config.checks.throughput
     paired = cfg.paired
     seed0 = cfg.seed + SEED_OFFSET + 1000 * rnd
-    for arm, deployment in arms.items():  # a freshly started server's first requests are slow: warm both
-        if rnd > 0 or arm == "baseline":
+    for arm, deployment in arms.items():  # a freshly started server's first requests are slow: warm it
+        if deployment is not ctx.deployment:
             load(window_spec(ctx, deployment, base, seed0 + 999, max(4, paired.warmup_requests)), where, f"warm-{arm}")
     for pair, arm in abba_order(paired.pairs):
         spec = window_spec(ctx, arms[arm], base, seed0 + pair, paired.requests_per_window)

@@ -172,3 +172,21 @@ def test_redeploy_rounds_deploy_both_cells_afresh_and_judge_over_rounds(tmp_path
     # round 1 compares the own deployment (10) with the baseline (10), rounds 2-3 the fresh candidate (7)
     assert verdict["round_log_ratios"][0] == pytest.approx(0.0, abs=0.03)
     assert result.metrics["paired_ratio"] == pytest.approx(0.7 ** (2 / 3), rel=0.03)
+
+
+def test_a_fresh_candidate_is_deployed_and_warmed_like_the_baseline(tmp_path: Path) -> None:
+    target = RecordingTarget()
+    ctx = _ctx(tmp_path, target, "checks.throughput.paired.fresh_candidate=true")
+    seen: list[str] = []
+
+    def scripted(spec: WorkloadSpec, work_dir: Path, name: str) -> LoadResult:
+        seen.append(f"{spec.base_url.rsplit('/', 1)[1]}:{name}")
+        metrics = {"requests_per_s": 10.0 + 0.01 * (len(seen) % 2), "requests_total": 12.0, "requests_failed": 0.0}
+        return LoadResult(spec, [], None, "done", 0, 0, 1, metrics=metrics)  # type: ignore[arg-type]
+
+    result = CheckResult(name="throughput", verdict="pass", summary="x")
+    paired.add_paired(ctx, build_spec(ctx.config.checks.throughput, ctx.deployment), result, load=scripted)
+    assert target.events == ["up candidate", "up baseline", "down baseline", "down candidate"]
+    assert seen[:2] == ["candidate:warm-candidate", "baseline:warm-baseline"]  # both arms start alike
+    assert not any(s.startswith("own:") for s in seen)  # the cell's own deployment is not measured
+    assert result.evidence["paired"]["verdict"]["outcome"] == "pass"
