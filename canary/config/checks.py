@@ -208,6 +208,12 @@ class PairedConfig(Strict):
         "measures both in alternating windows (A B B A ...); the ratio's interval against `margin` replaces the "
         "unpaired regression gates (regression_tolerance).",
     )
+    cells: list[str] = Field(
+        [],
+        description="Only candidate cells whose id starts with one of these get the paired verdict (like --only); "
+        "empty: every candidate cell with a baseline counterpart. Each paired cell costs a deployment and "
+        "2 x pairs windows, so a small machine pairs the cells it cares about.",
+    )
     margin: float = Field(
         0.15,
         gt=0,

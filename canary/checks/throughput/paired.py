@@ -49,9 +49,11 @@ LoadFn = Callable[[WorkloadSpec, Path, str], LoadResult]
 
 
 def applies(ctx: CheckContext) -> bool:
-    """Whether this cell gets the paired verdict: enabled, a target that can deploy another cell, and a
-    baseline counterpart in the matrix."""
-    return ctx.config.checks.throughput.paired.enabled and ctx.deploy is not None and ctx.baseline_cell() is not None
+    """Whether this cell gets the paired verdict: enabled and chosen (`cells`), a target that can deploy
+    another cell, and a baseline counterpart in the matrix."""
+    paired = ctx.config.checks.throughput.paired
+    chosen = not paired.cells or any(ctx.cell.id.startswith(prefix) for prefix in paired.cells)
+    return paired.enabled and chosen and ctx.deploy is not None and ctx.baseline_cell() is not None
 
 
 def window_spec(

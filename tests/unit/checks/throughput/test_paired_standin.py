@@ -190,3 +190,10 @@ def test_a_fresh_candidate_is_deployed_and_warmed_like_the_baseline(tmp_path: Pa
     assert seen[:2] == ["candidate:warm-candidate", "baseline:warm-baseline"]  # both arms start alike
     assert not any(s.startswith("own:") for s in seen)  # the cell's own deployment is not measured
     assert result.evidence["paired"]["verdict"]["outcome"] == "pass"
+
+
+def test_only_the_chosen_cells_are_paired(tmp_path: Path) -> None:
+    target = RecordingTarget()
+    assert paired.applies(_ctx(tmp_path, target))  # empty list: every candidate cell with a counterpart
+    assert paired.applies(_ctx(tmp_path, target, "checks.throughput.paired.cells=[pd.cpu_attn.p128]"))
+    assert not paired.applies(_ctx(tmp_path, target, "checks.throughput.paired.cells=[agg.]"))
