@@ -73,7 +73,7 @@ def test_the_search_finds_the_mm1_capacity(seed: int) -> None:
     lower, upper = found.interval
     assert lower is not None and lower <= TRUE_CAPACITY
     assert upper is None or upper >= TRUE_CAPACITY
-    assert found.stop_reason == "bracket within 5%"
+    assert found.stop_reason.startswith("bracket within 5%")
     rates = [p.offered_rate for p in found.probes]
     assert rates[:3] == [1.0, 2.0, 4.0]  # growth, then bisection inside the first failing step
     assert all(p.saturated is not None for p in found.probes if p.offered_rate > MU)  # beyond the server's rate
@@ -136,8 +136,7 @@ def _binomial_measure(seed: int) -> Callable[[float], RateResult]:
 
     def measure(rate: float) -> RateResult:
         n = max(30, round(rate * 15))
-        p = 1 - math.exp(-(MU - rate) * TTFT_LIMIT) if rate < MU else 0.0
-        met = sum(rng.random() < p for _ in range(n))
+        met = sum(rng.random() < _attainment(rate) for _ in range(n))
         return RateResult(
             offered_rate=rate, requests=n, met=met, seconds=n / rate, saturated=None if rate < MU else "overload"
         )
@@ -145,19 +144,69 @@ def _binomial_measure(seed: int) -> Callable[[float], RateResult]:
     return measure
 
 
-def test_the_confident_interval_covers_the_true_capacity() -> None:
-    settings = SearchSettings(start_rate=1.0, precision=0.05, budget_requests=1500)
+def _attainment(rate: float) -> float:
+    """The M/M/1 attainment curve: P(TTFT <= limit) in steady state."""
+    return 1 - math.exp(-(MU - rate) * TTFT_LIMIT) if rate < MU else 0.0
+
+
+def _coverage(
+    measure: Callable[[int], Callable[[float], RateResult]], slo: CapacitySlo, settings: SearchSettings, runs: int = 200
+) -> tuple[float, list[float]]:
+    """(share of seeded searches whose reported interval holds the true capacity, their half-widths)."""
     covered, widths = 0, []
-    runs = 200
     for seed in range(runs):
-        found = search_capacity(_binomial_measure(seed), SLO, settings)
+        found = search_capacity(measure(seed), slo, settings)
         lower, upper = found.interval
-        low, high = lower or 0.0, upper if upper is not None else math.inf
-        covered += low <= TRUE_CAPACITY <= high
-        widths.append(high - low)
-        assert found.requests_used <= settings.budget_requests + 150  # at most one probe past the budget
-    assert covered / runs >= 0.9, covered
-    assert sorted(widths)[runs // 2] < MU  # and it says something: the median width is below 10 req/s
+        covered += (lower or 0.0) <= TRUE_CAPACITY <= (upper if upper is not None else math.inf)
+        widths.append(found.half_width if found.half_width is not None else math.inf)
+        assert found.requests_used <= settings.budget_requests + 300  # at most one probe past the budget
+    return covered / runs, widths
+
+
+def test_the_interval_covers_the_true_capacity_with_independent_requests() -> None:
+    """Binomial probes (every request independent): the nominal 90 % interval covers the capacity in
+    at least 90 % of 200 seeded searches (measured: 95 %), and says something."""
+    slo = CapacitySlo(ttft_s=TTFT_LIMIT, itl_s=0.05, attainment=TARGET, confidence=0.9)
+    settings = SearchSettings(start_rate=1.0, precision=0.05, budget_requests=1500)
+    share, widths = _coverage(_binomial_measure, slo, settings)
+    assert share >= 0.9, share
+    assert sorted(widths)[len(widths) // 2] <= 0.1  # the median search reached +-10 %
+
+
+def _bursty_measure(seed: int, *, naive: bool = False, run: float = 10.0) -> Callable[[float], RateResult]:
+    """60 s probes whose misses come in runs: a two-state chain, 'bad' (every request misses) for runs of
+    `run` requests on average, in the stationary share 1 - attainment(rate). Design effect about 2 run;
+    `naive` reports it as 1 (the binomial interval, blind to the correlation)."""
+    rng = random.Random(seed)
+
+    def measure(rate: float) -> RateResult:
+        if rate >= MU:
+            return RateResult(offered_rate=rate, requests=40, met=0, seconds=1.0, saturated="overload")
+        n, p = round(rate * 60), _attainment(rate)
+        leave = 1 / run
+        enter = leave * (1 - p) / p
+        bad, outcomes = rng.random() < 1 - p, []
+        for _ in range(n):
+            outcomes.append(not bad)
+            bad = rng.random() >= leave if bad else rng.random() < enter
+        effect = 1.0 if naive else design_effect(outcomes)
+        return RateResult(offered_rate=rate, requests=n, met=sum(outcomes), seconds=n / rate, design_effect=effect)
+
+    return measure
+
+
+def test_the_interval_covers_the_true_capacity_when_misses_come_in_runs() -> None:
+    """Misses in runs of 10 requests (design effect ~17 at the boundary, like the real server's): the
+    nominal 90 % interval covers the capacity in >= 88 % of 200 seeded searches (measured: 90.5 %);
+    the same searches blind to the correlation (design effect 1) cover it in 78 %. Longer runs
+    than a tenth of a probe's batch defeat the batch means (docs/methodology/capacity.md)."""
+    slo = CapacitySlo(ttft_s=TTFT_LIMIT, itl_s=0.05, attainment=TARGET, confidence=0.9)
+    settings = SearchSettings(start_rate=1.0, precision=0.2, budget_requests=8000, budget_s=1e9)
+    share, widths = _coverage(_bursty_measure, slo, settings)
+    assert share >= 0.88, share
+    assert sorted(widths)[len(widths) // 2] <= 0.1
+    naive, _ = _coverage(lambda seed: _bursty_measure(seed, naive=True), slo, settings)
+    assert naive <= share - 0.08, (naive, share)  # ignoring the correlation under-covers
 
 
 def test_budgets_stop_the_search_and_invalid_probes_are_retried_then_bound_it() -> None:
@@ -181,7 +230,9 @@ def test_budgets_stop_the_search_and_invalid_probes_are_retried_then_bound_it() 
     found = search_capacity(invalid_at_four, SLO, SearchSettings(**UNBOUNDED))
     assert calls.count(4.0) == 2  # measured again once, still invalid
     assert found.notes == ["the client could not measure 4 req/s: client event-loop lag"]
-    assert found.stop_reason == "bracket within 10%; 1 rate(s) not measurable by the client"
+    assert found.stop_reason.startswith("bracket within 10%") and found.stop_reason.endswith(
+        "; 1 rate(s) not measurable by the client"
+    )
     # the unmeasurable rate bounds the bracket, so the search bisects below it; it bounds no confident interval
     assert found.estimate is not None and 3.6 <= found.estimate < 4.0 and found.bracket[1] == 4.0
     assert found.interval[1] is None
@@ -207,7 +258,9 @@ def test_the_real_measure_shapes_each_probe() -> None:
     measure = LoadMeasure(base=base, work_dir=Path("/nonexistent"), slo=SLO)
     spec = measure.spec_for(4.0)
     assert spec.open_loop and spec.request_rate == 4.0 and spec.num_requests == 80 and spec.warmup_requests == 0
-    assert spec.arrival_seed == 5 and spec.seed != 5  # the same schedule, fresh prompts
+    assert spec.seed != 5 and spec.arrival_seed is None  # fresh prompts and a fresh schedule (its own seed)
+    measure.runs.append({})
+    assert measure.spec_for(4.0).seed != spec.seed  # the next probe: independent of this one
     e2e = SLO.ttft_s + SLO.itl_s * 31
     assert spec.abort_in_flight == math.ceil(4 * 4.0 * e2e) + 8
     assert measure.spec_for(0.1).num_requests == 40 and measure.spec_for(1000.0).num_requests == 600
