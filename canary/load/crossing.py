@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from canary.core.paired import t_two_sided
 
 MAX_ITERATIONS = 60
+MAX_SPAN = 20.0  # |log(crossing / the points' geometric mean)| beyond this: no fit
 MAX_SLOPE = 500.0  # |d logit / d log rate| beyond this: a step the data cannot place (separation)
 
 
@@ -113,6 +114,8 @@ def crossing(points: Sequence[Point], target: float, confidence: float) -> Cross
     vaa, vab, vbb = vaa * dispersion, vab * dispersion, vbb * dispersion
     level = math.log(target / (1 - target)) - a  # solve b x = level
     estimate = level / b
+    if abs(estimate) > MAX_SPAN:  # a crossing orders of magnitude away from every point: no fit
+        return None
     low = high = None
     if len(points) > 2:
         q2 = t_two_sided(confidence, len(points) - 2) ** 2
@@ -122,7 +125,8 @@ def crossing(points: Sequence[Point], target: float, confidence: float) -> Cross
         if a2 > 0:
             root = math.sqrt(max(0.0, a1 * a1 - 4 * a2 * a0))
             x1, x2 = (-a1 - root) / (2 * a2), (-a1 + root) / (2 * a2)
-            low, high = math.exp(center + x1), math.exp(center + x2)
+            if max(abs(x1), abs(x2)) <= MAX_SPAN:
+                low, high = math.exp(center + x1), math.exp(center + x2)
     return Crossing(
         rate=math.exp(center + estimate),
         low=low,

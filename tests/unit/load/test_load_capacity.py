@@ -34,6 +34,7 @@ from canary.load.capacity import (
 from canary.load.schedule import schedule
 from canary.load.stats import Sample
 from canary.load.workload import WorkloadSpec
+from tests.support import capacity_sims as sims
 
 MU, TTFT_LIMIT, TARGET = 10.0, 1.0, 0.9
 TRUE_CAPACITY = MU + math.log(1 - TARGET) / TTFT_LIMIT  # 7.70 req/s
@@ -131,81 +132,27 @@ def test_a_request_meets_the_slo_only_when_it_succeeded_in_time() -> None:
         CapacitySlo(attainment=1.0)
 
 
-def _binomial_measure(seed: int) -> Callable[[float], RateResult]:
-    rng = random.Random(seed)
-
-    def measure(rate: float) -> RateResult:
-        n = max(30, round(rate * 15))
-        met = sum(rng.random() < _attainment(rate) for _ in range(n))
-        return RateResult(
-            offered_rate=rate, requests=n, met=met, seconds=n / rate, saturated=None if rate < MU else "overload"
-        )
-
-    return measure
-
-
-def _attainment(rate: float) -> float:
-    """The M/M/1 attainment curve: P(TTFT <= limit) in steady state."""
-    return 1 - math.exp(-(MU - rate) * TTFT_LIMIT) if rate < MU else 0.0
-
-
-def _coverage(
-    measure: Callable[[int], Callable[[float], RateResult]], slo: CapacitySlo, settings: SearchSettings, runs: int = 200
-) -> tuple[float, list[float]]:
-    """(share of seeded searches whose reported interval holds the true capacity, their half-widths)."""
-    covered, widths = 0, []
-    for seed in range(runs):
-        found = search_capacity(measure(seed), slo, settings)
-        lower, upper = found.interval
-        covered += (lower or 0.0) <= TRUE_CAPACITY <= (upper if upper is not None else math.inf)
-        widths.append(found.half_width if found.half_width is not None else math.inf)
-        assert found.requests_used <= settings.budget_requests + 300  # at most one probe past the budget
-    return covered / runs, widths
-
-
 def test_the_interval_covers_the_true_capacity_with_independent_requests() -> None:
     """Binomial probes (every request independent): the nominal 90 % interval covers the capacity in
-    at least 90 % of 200 seeded searches (measured: 95 %), and says something."""
-    slo = CapacitySlo(ttft_s=TTFT_LIMIT, itl_s=0.05, attainment=TARGET, confidence=0.9)
+    at least 90 % of 200 seeded searches (measured: 94.5 %), and the median search reaches +-10 %."""
+    slo = CapacitySlo(ttft_s=sims.T, itl_s=0.05, attainment=sims.TARGET, confidence=0.9)
     settings = SearchSettings(start_rate=1.0, precision=0.05, budget_requests=1500)
-    share, widths = _coverage(_binomial_measure, slo, settings)
+    share, width, _ = sims.coverage(sims.binomial, sims.CURVE_CAPACITY, slo, settings)
     assert share >= 0.9, share
-    assert sorted(widths)[len(widths) // 2] <= 0.1  # the median search reached +-10 %
-
-
-def _bursty_measure(seed: int, *, naive: bool = False, run: float = 10.0) -> Callable[[float], RateResult]:
-    """60 s probes whose misses come in runs: a two-state chain, 'bad' (every request misses) for runs of
-    `run` requests on average, in the stationary share 1 - attainment(rate). Design effect about 2 run;
-    `naive` reports it as 1 (the binomial interval, blind to the correlation)."""
-    rng = random.Random(seed)
-
-    def measure(rate: float) -> RateResult:
-        if rate >= MU:
-            return RateResult(offered_rate=rate, requests=40, met=0, seconds=1.0, saturated="overload")
-        n, p = round(rate * 60), _attainment(rate)
-        leave = 1 / run
-        enter = leave * (1 - p) / p
-        bad, outcomes = rng.random() < 1 - p, []
-        for _ in range(n):
-            outcomes.append(not bad)
-            bad = rng.random() >= leave if bad else rng.random() < enter
-        effect = 1.0 if naive else design_effect(outcomes)
-        return RateResult(offered_rate=rate, requests=n, met=sum(outcomes), seconds=n / rate, design_effect=effect)
-
-    return measure
+    assert width <= 0.1
 
 
 def test_the_interval_covers_the_true_capacity_when_misses_come_in_runs() -> None:
-    """Misses in runs of 10 requests (design effect ~17 at the boundary, like the real server's): the
-    nominal 90 % interval covers the capacity in >= 88 % of 200 seeded searches (measured: 90.5 %);
-    the same searches blind to the correlation (design effect 1) cover it in 78 %. Longer runs
-    than a tenth of a probe's batch defeat the batch means (docs/methodology/capacity.md)."""
-    slo = CapacitySlo(ttft_s=TTFT_LIMIT, itl_s=0.05, attainment=TARGET, confidence=0.9)
+    """60 s probes whose misses come in runs of 10 requests (design effect ~17 at the boundary, the real
+    server's order): the nominal 90 % interval covers the capacity in >= 88 % of 200 seeded searches
+    (measured: 90.5 %); the same searches blind to the correlation (design effect 1) cover it in 78 %.
+    Correlation longer than a probe's batch defeats it (docs/methodology/capacity.md, "The answer")."""
+    slo = CapacitySlo(ttft_s=sims.T, itl_s=0.05, attainment=sims.TARGET, confidence=0.9)
     settings = SearchSettings(start_rate=1.0, precision=0.2, budget_requests=8000, budget_s=1e9)
-    share, widths = _coverage(_bursty_measure, slo, settings)
+    share, width, _ = sims.coverage(sims.runs, sims.CURVE_CAPACITY, slo, settings)
     assert share >= 0.88, share
-    assert sorted(widths)[len(widths) // 2] <= 0.1
-    naive, _ = _coverage(lambda seed: _bursty_measure(seed, naive=True), slo, settings)
+    assert width <= 0.1
+    naive, _, _ = sims.coverage(lambda seed: sims.runs(seed, naive=True), sims.CURVE_CAPACITY, slo, settings)
     assert naive <= share - 0.08, (naive, share)  # ignoring the correlation under-covers
 
 
