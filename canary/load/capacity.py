@@ -526,8 +526,8 @@ def _search(result: CapacityResult, probe: Callable[[float], RateResult | None])
 
 
 def _refine(result: CapacityResult, probe: Callable[[float], RateResult | None]) -> None:
-    """After the bracket converged: probe where the fitted crossing is least certain until the interval's
-    half-width is within `half_width` or a budget is spent (`_next_rate` says where)."""
+    """After the bracket converged: probe around the fitted crossing (`_next_rate` says where) until the
+    fitted interval's half-width is within `half_width` or a budget is spent."""
     converged, settings = result.stop_reason, result.settings
     while True:
         fitted = result.fitted_interval
