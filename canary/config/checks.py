@@ -185,7 +185,15 @@ class CapacityConfig(Strict):
     growth: float = Field(2.0, gt=1, description="Factor between rates until the SLO fails (or holds).")
     max_rate: float = Field(1000.0, gt=0, description="Highest rate probed.")
     precision: float = Field(
-        0.1, gt=0, description="Stop when the lowest failing rate is within this share above the highest passing."
+        0.1,
+        gt=0,
+        description="Stop bisecting when the lowest failing rate is within this share above the highest passing.",
+    )
+    half_width: float = Field(
+        0.1,
+        gt=0,
+        description="Then refine near the boundary until the capacity's interval is within +- this share "
+        "((high - low) / (high + low)), or a budget is spent.",
     )
     seconds_per_probe: float = Field(20.0, gt=0, description="Requests per probe: rate x this (clamped to 40..600).")
     budget_requests: PositiveInt = Field(2000, description="Requests the search may send (one probe may overrun).")

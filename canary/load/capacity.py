@@ -21,13 +21,19 @@ The method (docs/methodology/capacity.md has the reasoning):
   they are within `precision` of each other, or the budget (requests, seconds, probes) is spent. A
   probe that is invalid (the client, not the server, limited it) is measured again
   (`retry_invalid`); a rate still invalid passes nothing and bounds the bracket from above like a
-  failure, but never the confident interval (nothing is known there), and the result notes it.
-  A converged bracket whose confident interval is still open on a side gets up to 3 more probes
-  on that side, sqrt(growth) apart, outward from the furthest probe there.
-- Result: `estimate` is the highest passing rate below the lowest failing one (a point decision:
-  attainment >= target). The `interval` is the confident one: [highest rate whose Wilson *lower*
-  bound passes the target, lowest rate whose Wilson *upper* bound fails it (or that over-saturated)]
-  among the probes; either end may be missing (None) when no probe was conclusive on that side.
+  failure, but never an interval (nothing is known there), and the result notes it.
+- Refine: then probe `half_width` below or above the fitted crossing (below), on the side with fewer
+  fitted probes, until the interval is within +-`half_width` or a budget is spent. An interval still
+  open on a side then gets up to 3 more probes on that side, sqrt(growth) apart, outward.
+- Result: `estimate` is the fitted crossing (`canary/load/crossing.py`): a quasi-binomial logistic
+  fit of attainment against log(rate) through the valid, not over-saturated probes within
+  `fit_window` of the boundary, each weighted by its effective sample size, the dispersion between
+  them estimated from their residuals; `interval` is its Fieller interval (Student's t, points - 2
+  degrees of freedom) when the fit bounds it on both sides within the fitted probes' rates. Without
+  such a fit, the estimate is the highest passing rate below the lowest failing one (`bracket`) and
+  the interval the conclusive one (`conclusive_interval`): [highest rate whose Wilson *lower* bound
+  passes the target, lowest rate whose Wilson *upper* bound fails it (or that over-saturated)];
+  either end may be missing (None) when no probe was conclusive on that side.
 - The curve keeps every probe: offered and achieved rate, throughput, p50/p99 TTFT and ITL,
   attainment with its interval, why it over-saturated.
 
@@ -46,6 +52,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from canary.core.stats import wilson_interval
+from canary.load.crossing import Crossing, Point, crossing
 from canary.load.launch import LoadError, run_load
 from canary.load.stats import Sample, percentile
 from canary.load.workload import WorkloadSpec
@@ -235,6 +242,7 @@ def saturation(
 
 
 CLOSING_PROBES = 3
+MIN_SPREAD = 0.05  # refining probes stay at least 5% from the fitted crossing (they measure its slope)
 PROBE_OVERHEAD_S = 3.0  # starting the load subprocess (locust's import) and its last requests' tail
 
 
@@ -246,7 +254,9 @@ class SearchSettings:
     growth: float = 2.0
     min_rate: float = 0.05
     max_rate: float = 1000.0
-    precision: float = 0.1  # stop when lowest fail / highest pass - 1 <= precision
+    precision: float = 0.1  # stop bisecting when lowest fail / highest pass - 1 <= precision
+    half_width: float = 0.1  # then refine until the interval's (high - low) / (high + low) <= this
+    fit_window: float = 2.0  # probes within this factor of the boundary enter the crossing's fit
     budget_requests: int = 3000
     budget_s: float = 900.0
     max_probes: int = 16
@@ -257,6 +267,10 @@ class SearchSettings:
             raise ValueError(f"growth must be > 1, got {self.growth}")
         if not 0 < self.min_rate <= self.start_rate <= self.max_rate:
             raise ValueError("need 0 < min_rate <= start_rate <= max_rate")
+        if self.half_width <= 0:
+            raise ValueError(f"half_width must be > 0, got {self.half_width}")
+        if self.fit_window <= 1.0:
+            raise ValueError(f"fit_window must be > 1, got {self.fit_window}")
 
 
 @dataclass
@@ -268,6 +282,9 @@ class CapacityResult:
     probes: list[RateResult] = field(default_factory=list)
     stop_reason: str = ""
     notes: list[str] = field(default_factory=list)  # rates the client could not measure
+    _fit_cache: tuple[int, list[RateResult], Crossing | None] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def _best(self) -> tuple[float | None, float | None]:
         """(highest passing rate below the lowest failing one, that lowest failing rate). A rate the
@@ -283,18 +300,61 @@ class CapacityResult:
         return (max(passes) if passes else None), hi
 
     @property
-    def estimate(self) -> float | None:
-        """The highest rate at which the SLO held (below every rate at which it did not); None: none held."""
-        return self._best()[0]
-
-    @property
     def bracket(self) -> tuple[float | None, float | None]:
-        """(estimate, the lowest rate that failed): where the point decisions put the boundary."""
+        """(highest passing rate below the lowest failing one, that lowest failing rate): where the point
+        decisions put the boundary."""
         return self._best()
 
+    def fit_probes(self) -> list[RateResult]:
+        """The probes the crossing is fitted through: valid, not over-saturated, within a factor
+        `fit_window` of the boundary (the logistic is a local model: the attainment curve bends, and
+        ever more sharply towards saturation). The boundary is the bracket's geometric midpoint, then
+        the crossing fitted around it (once)."""
+        return self._fitted()[0]
+
     @property
-    def interval(self) -> tuple[float | None, float | None]:
-        """(highest confidently passing rate, lowest confidently failing rate above it); None: no such probe."""
+    def crossing(self) -> Crossing | None:
+        """The logistic fit's crossing of the target share, with its Fieller interval (canary/load/crossing.py);
+        None when there is no bracket or no fit."""
+        return self._fitted()[1]
+
+    def _fitted(self) -> tuple[list[RateResult], Crossing | None]:
+        """(fitted probes, crossing), computed once per number of probes (the search only appends)."""
+        if self._fit_cache is not None and self._fit_cache[0] == len(self.probes):
+            return self._fit_cache[1], self._fit_cache[2]
+        probes: list[RateResult] = []
+        fit: Crossing | None = None
+        lo, hi = self.bracket
+        if lo is not None and hi is not None:
+            usable = [p for p in self.probes if p.invalid is None and p.saturated is None and p.requests > 0]
+            window = self.settings.fit_window
+
+            def near(center: float) -> list[RateResult]:
+                return [p for p in usable if center / window <= p.offered_rate <= center * window]
+
+            center = math.sqrt(lo * hi)
+            probes = near(center)
+            fit = self._fit(probes)
+            if fit is not None and center / window <= fit.rate <= center * window:
+                probes = near(fit.rate)
+                fit = self._fit(probes)
+        self._fit_cache = (len(self.probes), probes, fit)
+        return probes, fit
+
+    def _fit(self, probes: Sequence[RateResult]) -> Crossing | None:
+        # One design effect for every fitted probe: the mean of those that have one (both hits and misses).
+        # A probe's own estimate goes with its luck (a probe that happened to see few bursts has few
+        # misses and a small design effect), so weighting each probe by its own would favour the lucky
+        # ones and bias the crossing up (+2.3 % with 10 probes at fixed rates, misses in runs of 10).
+        known = [p.design_effect for p in probes if 0 < p.met < p.requests]
+        pooled = statistics.fmean(known) if known else 1.0
+        points = [Point(p.offered_rate, p.attainment, p.requests / pooled) for p in probes]
+        return crossing(points, self.slo.attainment, self.slo.confidence) if points else None
+
+    @property
+    def conclusive_interval(self) -> tuple[float | None, float | None]:
+        """(highest confidently passing rate, lowest confidently failing rate above it); None: no such probe.
+        Conservative: only probes conclusive on their own bound it."""
         fails = [p.offered_rate for p in self.probes if p.confidently_fails(self.slo)]
         passes = [p.offered_rate for p in self.probes if p.confidently_passes(self.slo)]
         upper = min(fails) if fails else None
@@ -304,6 +364,41 @@ class CapacityResult:
             above = [r for r in fails if r > lower]
             upper = min(above) if above else None
         return lower, upper
+
+    @property
+    def fitted_interval(self) -> tuple[float, float] | None:
+        """The crossing's Fieller interval when the fit bounds it on both sides within the fitted probes'
+        rates (it interpolates, never extrapolates); None otherwise."""
+        fit = self.crossing
+        if fit is None or fit.low is None or fit.high is None:
+            return None
+        rates = [p.offered_rate for p in self.fit_probes()]
+        if fit.low < min(rates) or fit.high > max(rates):
+            return None
+        return fit.low, fit.high
+
+    @property
+    def interval(self) -> tuple[float | None, float | None]:
+        """The reported interval: the fitted one when there is one, else the conclusive one."""
+        fitted = self.fitted_interval
+        return fitted if fitted is not None else self.conclusive_interval
+
+    @property
+    def estimate(self) -> float | None:
+        """The capacity: the fitted crossing rate when the fit bounds an interval, else the highest rate at
+        which the SLO held below every rate at which it did not; None: none held."""
+        fit = self.crossing
+        if fit is not None and self.fitted_interval is not None:
+            return fit.rate
+        return self._best()[0]
+
+    @property
+    def half_width(self) -> float | None:
+        """(high - low) / (high + low) of the interval; None with an open end."""
+        low, high = self.interval
+        if low is None or high is None:
+            return None
+        return (high - low) / (high + low)
 
     @property
     def requests_used(self) -> int:
@@ -322,10 +417,13 @@ class CapacityResult:
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready summary with the curve."""
         lower, upper = self.interval
+        fit = self.crossing
         return {
             "estimate_rate": self.estimate,
             "bracket": list(self.bracket),
             "interval": [lower, upper],
+            "conclusive_interval": list(self.conclusive_interval),
+            "crossing": asdict(fit) if fit is not None else None,
             "requests_used": self.requests_used,
             "seconds_used": self.seconds_used,
             "probes": len(self.probes),
@@ -420,10 +518,46 @@ def _search(result: CapacityResult, probe: Callable[[float], RateResult | None])
             return
         if hi / lo - 1.0 <= settings.precision:
             result.stop_reason = f"bracket within {settings.precision:.0%}"
+            _refine(result, probe)
             _close_interval(result, probe)
             return
         if probe(math.sqrt(lo * hi)) is None:
             return
+
+
+def _refine(result: CapacityResult, probe: Callable[[float], RateResult | None]) -> None:
+    """After the bracket converged: probe around the fitted crossing (`_next_rate` says where) until the
+    fitted interval's half-width is within `half_width` or a budget is spent."""
+    converged, settings = result.stop_reason, result.settings
+    while True:
+        fitted = result.fitted_interval
+        if fitted is not None and (fitted[1] - fitted[0]) / (fitted[1] + fitted[0]) <= settings.half_width:
+            result.stop_reason = f"{converged}; interval within +-{settings.half_width:.0%}"
+            return
+        rate = _next_rate(result)
+        if rate is None:
+            return
+        if probe(rate) is None:
+            result.stop_reason = f"{converged} ({result.stop_reason} while refining the interval)"
+            return
+
+
+def _next_rate(result: CapacityResult) -> float | None:
+    """The next refining probe: `half_width` below or above the fitted crossing, on the side with fewer
+    fitted probes (a spread that keeps the slope measured, placed on the fit rather than on the
+    bracket, whose ends are the luckiest point decisions); without a fit, the bracket's geometric
+    midpoint. None without a bracket."""
+    lo, hi = result.bracket
+    if lo is None or hi is None:
+        return None
+    fit = result.crossing
+    if fit is None:
+        return math.sqrt(lo * hi)
+    spread = max(result.settings.half_width, MIN_SPREAD)
+    probes = result.fit_probes()
+    below = sum(1 for p in probes if p.offered_rate < fit.rate)
+    rate = fit.rate / (1 + spread) if below <= len(probes) - below else fit.rate * (1 + spread)
+    return min(max(rate, result.settings.min_rate), result.settings.max_rate)
 
 
 def _close_interval(result: CapacityResult, probe: Callable[[float], RateResult | None]) -> None:
@@ -431,6 +565,8 @@ def _close_interval(result: CapacityResult, probe: Callable[[float], RateResult 
     (no conclusive probe on that side), `CLOSING_PROBES` at most per side, by sqrt(growth) steps."""
     step = math.sqrt(result.settings.growth)
     converged = result.stop_reason
+    if all(end is not None for end in result.interval):
+        return
     _close_side(result, probe, step, upward=True)
     _close_side(result, probe, step, upward=False)
     if result.stop_reason != converged:  # a budget ran out on the way: the bracket had converged all the same
@@ -462,9 +598,10 @@ class LoadMeasure:
     """The real `measure`: one open-loop run of the canary's client per probe.
 
     `base` is the workload (server, model, lengths, token pool, client limits); each probe gets
-    `rate * seconds_per_probe` requests (clamped to [min_requests, max_requests]), a fresh prompt
-    seed (vLLM's prefix cache never serves a probe with an earlier probe's prompts) and the same
-    arrival seed (every rate gets the same schedule, scaled: common random numbers). The sender stops
+    `rate * seconds_per_probe` requests (clamped to [min_requests, max_requests]) and a fresh seed for
+    its prompts (vLLM's prefix cache never serves a probe with an earlier probe's prompts) and its
+    arrivals (probes are independent samples: the crossing's fit estimates the variance between
+    them, which a schedule shared by every probe would hide). The sender stops
     (over-saturation) once more requests are in flight than `abort_factor` x the rate x the longest
     latency a request meeting the SLO can have, plus `abort_slack` (Little's law).
     """
@@ -497,7 +634,7 @@ class LoadMeasure:
                 "num_requests": requests,
                 "warmup_requests": 0,
                 "seed": self.base.seed + 1000 * (index + 1),
-                "arrival_seed": self.base.seed,
+                "arrival_seed": None,  # its own schedule: probes independent (the crossing's fit needs it)
                 "abort_in_flight": abort,
                 "max_duration_s": requests / rate * 1.5 + 4 * e2e_limit + 10.0,
             }

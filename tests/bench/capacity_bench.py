@@ -100,7 +100,8 @@ def ours(args: argparse.Namespace, url: str, model: str, pool: list[int] | None,
         min_requests=args.min_requests,
     )  # fmt: skip
     settings = SearchSettings(
-        start_rate=args.start_rate, precision=args.precision, budget_requests=args.budget_requests,
+        start_rate=args.start_rate, precision=args.precision, half_width=args.half_width,
+        budget_requests=args.budget_requests,
         budget_s=args.budget_s, max_probes=args.max_probes,
     )  # fmt: skip
     started = time.monotonic()
@@ -113,6 +114,7 @@ def ours(args: argparse.Namespace, url: str, model: str, pool: list[int] | None,
         "unit": "req/s",
         "interval": [lower, upper],
         "bracket": list(found.bracket),
+        "conclusive_interval": list(found.conclusive_interval),
         "requests": found.requests_used,
         "seconds": wall,
         "stop_reason": found.stop_reason,
@@ -342,6 +344,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=0.2,
         help="bracket width at which a search stops (high / low - 1 <= 0.2 is a bracket of +-9%%)",
+    )
+    parser.add_argument(
+        "--half-width",
+        type=float,
+        default=TARGET_HALF_WIDTH,
+        help="ours: refine near the boundary until the interval is within +- this share (or a budget is spent)",
     )
     parser.add_argument("--seconds-per-probe", type=float, default=10.0)
     parser.add_argument("--min-requests", type=int, default=40)

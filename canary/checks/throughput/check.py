@@ -349,6 +349,7 @@ def search_settings(cap: CapacityConfig) -> SearchSettings:
         min_rate=min(0.05, cap.start_rate),
         max_rate=cap.max_rate,
         precision=cap.precision,
+        half_width=cap.half_width,
         budget_requests=cap.budget_requests,
         budget_s=cap.budget_s,
         max_probes=cap.max_probes,

@@ -195,18 +195,19 @@ PAIRED_RATIO_HIGH = _cell(
 # lowest rate probed", a missing upper end "above the highest".
 CAPACITY = _cell(
     "capacity_requests_per_second",
-    "SLO capacity: the highest open-loop request rate at which the capacity SLO held (checks.throughput.capacity); "
-    "no series when no rate held.",
+    "SLO capacity: the open-loop request rate at which the capacity SLO's attainment crosses its target "
+    "(the probes' fitted crossing, else the highest rate that held; checks.throughput.capacity); no series when "
+    "no rate held.",
 )
 CAPACITY_LOW = _cell(
     "capacity_lower_requests_per_second",
-    "Lower end of the SLO capacity's confident interval (the highest rate whose attainment's Wilson lower bound "
-    "met the target); no series when no probe was conclusive below.",
+    "Lower end of the SLO capacity's interval (the fitted crossing's Fieller interval, else the highest rate "
+    "whose attainment's Wilson lower bound met the target); no series when nothing bounds it below.",
 )
 CAPACITY_HIGH = _cell(
     "capacity_upper_requests_per_second",
-    "Upper end of the SLO capacity's confident interval (the lowest rate above it that confidently failed or "
-    "over-saturated); no series when no probe was conclusive above.",
+    "Upper end of the SLO capacity's interval (the fitted crossing's Fieller interval, else the lowest rate "
+    "above it that confidently failed or over-saturated); no series when nothing bounds it above.",
 )
 CAPACITY_REQUESTS = _cell(
     "capacity_search_requests", "Requests the SLO capacity search sent over all its probes (present when it ran)."

@@ -34,6 +34,7 @@ from canary.load.capacity import (
 from canary.load.schedule import schedule
 from canary.load.stats import Sample
 from canary.load.workload import WorkloadSpec
+from tests.support import capacity_sims as sims
 
 MU, TTFT_LIMIT, TARGET = 10.0, 1.0, 0.9
 TRUE_CAPACITY = MU + math.log(1 - TARGET) / TTFT_LIMIT  # 7.70 req/s
@@ -73,7 +74,7 @@ def test_the_search_finds_the_mm1_capacity(seed: int) -> None:
     lower, upper = found.interval
     assert lower is not None and lower <= TRUE_CAPACITY
     assert upper is None or upper >= TRUE_CAPACITY
-    assert found.stop_reason == "bracket within 5%"
+    assert found.stop_reason.startswith("bracket within 5%")
     rates = [p.offered_rate for p in found.probes]
     assert rates[:3] == [1.0, 2.0, 4.0]  # growth, then bisection inside the first failing step
     assert all(p.saturated is not None for p in found.probes if p.offered_rate > MU)  # beyond the server's rate
@@ -131,33 +132,39 @@ def test_a_request_meets_the_slo_only_when_it_succeeded_in_time() -> None:
         CapacitySlo(attainment=1.0)
 
 
-def _binomial_measure(seed: int) -> Callable[[float], RateResult]:
-    rng = random.Random(seed)
-
-    def measure(rate: float) -> RateResult:
-        n = max(30, round(rate * 15))
-        p = 1 - math.exp(-(MU - rate) * TTFT_LIMIT) if rate < MU else 0.0
-        met = sum(rng.random() < p for _ in range(n))
-        return RateResult(
-            offered_rate=rate, requests=n, met=met, seconds=n / rate, saturated=None if rate < MU else "overload"
-        )
-
-    return measure
-
-
-def test_the_confident_interval_covers_the_true_capacity() -> None:
+def test_the_interval_covers_the_true_capacity_with_independent_requests() -> None:
+    """Binomial probes (every request independent): the nominal 90 % interval covers the capacity in
+    at least 90 % of 200 seeded searches (measured: 94.5 %), and the median search reaches +-10 %."""
+    slo = CapacitySlo(ttft_s=sims.T, itl_s=0.05, attainment=sims.TARGET, confidence=0.9)
     settings = SearchSettings(start_rate=1.0, precision=0.05, budget_requests=1500)
-    covered, widths = 0, []
-    runs = 200
-    for seed in range(runs):
-        found = search_capacity(_binomial_measure(seed), SLO, settings)
-        lower, upper = found.interval
-        low, high = lower or 0.0, upper if upper is not None else math.inf
-        covered += low <= TRUE_CAPACITY <= high
-        widths.append(high - low)
-        assert found.requests_used <= settings.budget_requests + 150  # at most one probe past the budget
-    assert covered / runs >= 0.9, covered
-    assert sorted(widths)[runs // 2] < MU  # and it says something: the median width is below 10 req/s
+    share, width, _ = sims.coverage(sims.binomial, sims.CURVE_CAPACITY, slo, settings)
+    assert share >= 0.9, share
+    assert width <= 0.1
+
+
+def test_the_interval_covers_the_true_capacity_when_misses_come_in_runs() -> None:
+    """60 s probes whose misses come in runs of 10 requests (design effect ~17 at the boundary, the real
+    server's order): the nominal 90 % interval covers the capacity in >= 88 % of 200 seeded searches
+    (measured: 93.5 %); the same searches blind to the correlation (design effect 1) cover it in 78 %."""
+    slo = CapacitySlo(ttft_s=sims.T, itl_s=0.05, attainment=sims.TARGET, confidence=0.9)
+    settings = SearchSettings(start_rate=1.0, precision=0.2, budget_requests=8000, budget_s=1e9)
+    share, width, _ = sims.coverage(sims.runs, sims.CURVE_CAPACITY, slo, settings)
+    assert share >= 0.88, share
+    assert width <= 0.1
+    naive, _, _ = sims.coverage(lambda seed: sims.runs(seed, naive=True), sims.CURVE_CAPACITY, slo, settings)
+    assert naive <= share - 0.08, (naive, share)  # ignoring the correlation under-covers
+
+
+def test_the_interval_covers_the_capacity_of_a_queue() -> None:
+    """A stationary M/M/16 queue probed for 60 s (a request meets the SLO when it waits <= 0.3 s): misses
+    correlated over far longer than a probe's batch, so each probe's batch-means design effect is a
+    third to half of the real one; the scatter between probes makes up for it. The nominal 90 %
+    interval covers the capacity in >= 88 % of 200 seeded searches (measured: 89.5 %)."""
+    slo = CapacitySlo(ttft_s=0.3, itl_s=0.05, attainment=sims.TARGET, confidence=0.9)
+    settings = SearchSettings(start_rate=1.0, precision=0.2, budget_requests=8000, budget_s=1e9)
+    share, width, _ = sims.coverage(sims.mmc, sims.mmc_capacity(16, 0.625, 0.3), slo, settings)
+    assert share >= 0.88, share
+    assert width <= 0.1
 
 
 def test_budgets_stop_the_search_and_invalid_probes_are_retried_then_bound_it() -> None:
@@ -181,7 +188,9 @@ def test_budgets_stop_the_search_and_invalid_probes_are_retried_then_bound_it() 
     found = search_capacity(invalid_at_four, SLO, SearchSettings(**UNBOUNDED))
     assert calls.count(4.0) == 2  # measured again once, still invalid
     assert found.notes == ["the client could not measure 4 req/s: client event-loop lag"]
-    assert found.stop_reason == "bracket within 10%; 1 rate(s) not measurable by the client"
+    assert found.stop_reason.startswith("bracket within 10%") and found.stop_reason.endswith(
+        "; 1 rate(s) not measurable by the client"
+    )
     # the unmeasurable rate bounds the bracket, so the search bisects below it; it bounds no confident interval
     assert found.estimate is not None and 3.6 <= found.estimate < 4.0 and found.bracket[1] == 4.0
     assert found.interval[1] is None
@@ -207,7 +216,9 @@ def test_the_real_measure_shapes_each_probe() -> None:
     measure = LoadMeasure(base=base, work_dir=Path("/nonexistent"), slo=SLO)
     spec = measure.spec_for(4.0)
     assert spec.open_loop and spec.request_rate == 4.0 and spec.num_requests == 80 and spec.warmup_requests == 0
-    assert spec.arrival_seed == 5 and spec.seed != 5  # the same schedule, fresh prompts
+    assert spec.seed != 5 and spec.arrival_seed is None  # fresh prompts and a fresh schedule (its own seed)
+    measure.runs.append({})
+    assert measure.spec_for(4.0).seed != spec.seed  # the next probe: independent of this one
     e2e = SLO.ttft_s + SLO.itl_s * 31
     assert spec.abort_in_flight == math.ceil(4 * 4.0 * e2e) + 8
     assert measure.spec_for(0.1).num_requests == 40 and measure.spec_for(1000.0).num_requests == 600

@@ -1,6 +1,6 @@
 """checks.throughput.capacity: off by default; when on, the SLO capacity search runs after the measurement
 and lands in metrics and evidence without touching the verdict. The search is fed a synthetic server here
-(a deterministic attainment curve with its capacity at 6 req/s); the real probes are the open-loop
+(a deterministic attainment curve that crosses the target, 0.9, at 6.1 req/s); the real probes are the open-loop
 client's (tests/unit/load/test_load_openloop.py)."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _ctx(tmp_path: Path, *overrides: str) -> CheckContext:
 
 
 class SyntheticMeasure:
-    """Stands in for LoadMeasure: attainment 1 below 6 req/s, falling off above (200 requests a probe)."""
+    """Stands in for LoadMeasure: attainment 1 below 6 req/s, then 1 - (rate - 6): 0.9 at 6.1 (200 requests a probe)."""
 
     made: ClassVar[list[dict[str, Any]]] = []
 
@@ -73,11 +73,17 @@ def test_the_search_lands_in_metrics_and_evidence_not_in_the_verdict(tmp_path: P
     assert made["slo"] == CapacitySlo(ttft_s=0.4, itl_s=0.05, itl_statistic="mean")
     assert made["work_dir"] == tmp_path / "throughput" / "capacity"
     assert result.verdict == "pass" and not result.gates
-    assert 5.7 <= result.metrics["capacity_requests_per_s"] <= 6.0
-    assert result.metrics["capacity_low_requests_per_s"] <= 6.0 < result.metrics["capacity_high_requests_per_s"]
-    assert result.metrics["capacity_requests_used"] == 200 * len(result.evidence["capacity"]["curve"])
-    assert result.summary.startswith("4.0 req/s; SLO capacity 5.")
-    assert result.evidence["capacity"]["stop_reason"] == "bracket within 5%"
+    # the fitted crossing and its interval (the search's `estimate` and `interval`) are the metrics
+    assert 5.9 <= result.metrics["capacity_requests_per_s"] <= 6.3
+    assert result.metrics["capacity_low_requests_per_s"] <= 6.1 <= result.metrics["capacity_high_requests_per_s"]
+    evidence = result.evidence["capacity"]
+    assert [result.metrics["capacity_low_requests_per_s"], result.metrics["capacity_high_requests_per_s"]] == (
+        evidence["interval"]
+    )
+    assert evidence["crossing"]["rate"] == result.metrics["capacity_requests_per_s"]
+    assert result.metrics["capacity_requests_used"] == 200 * len(evidence["curve"])
+    assert result.summary.startswith("4.0 req/s; SLO capacity 6.")
+    assert evidence["stop_reason"].startswith("bracket within 5%")
 
 
 def test_an_unjudged_measurement_skips_the_search(tmp_path: Path) -> None:

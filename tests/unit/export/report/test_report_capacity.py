@@ -117,7 +117,7 @@ def test_the_estimate_and_its_interval_are_marked_and_a_missing_end_stays_open(r
     (band,) = [r for r in found.iter(f"{SVG}rect") if r.get("class") == "interval"]
     x = float(estimate.get("x1", ""))
     left, width = float(band.get("x", "")), float(band.get("width", ""))
-    assert LEFT < left < x < left + width < WIDTH - RIGHT  # [4, 6.73] around 5.66, both ends inside
+    assert LEFT < left < x < left + width < WIDTH - RIGHT  # [5.29, 6.18] around 5.89, both ends inside
     nothing = _svg(by_cell["pd.cpu_attn.p128-d128.auto.v1.candidate"])
     assert not [line for line in nothing.iter(f"{SVG}line") if line.get("class") == "estimate"]
     (open_band,) = [r for r in nothing.iter(f"{SVG}rect") if r.get("class") == "interval"]
@@ -133,7 +133,7 @@ def test_html_has_the_section_with_the_gain_table_and_its_assumption(run: RunRes
     table = section[section.index("<table class='gain'>") :]
     assert table.count("<tr>") == 1 + 5  # header + the P/D cells with a gain block
     assert "linear-scaling assumption: no 2-engine aggregated deployment is measured" in section
-    assert "0.125 [0.0743, 0.149] (control x2)" in table
+    assert "0.13 [0.0983, 0.137] (control x2)" in table
     assert "none: the capacity search of this cell found no rate at which the SLO held" in table
     assert "the throughput measurement was error" in section
 
@@ -145,13 +145,14 @@ def test_markdown_has_a_line_per_cell_and_the_gain_table(run: RunResult) -> None
     assert len(lines) == 10
     assert (
         "- [`pd.cpu_attn.p128-d128.auto.v1.baseline`](#cell-pd.cpu_attn.p128-d128.auto.v1.baseline): "
-        "SLO capacity 5.19 req/s [4, 8]; 7 probes, 632 requests, 175 s; stopped: bracket within 10%"
+        "SLO capacity 5.49 req/s [4.96, 5.76]; 12 probes, 1196 requests, 286 s; stopped: bracket within 10%; "
+        "interval within +-10%"
     ) in lines
     assert any("no rate held the SLO (interval [below, 0.25] req/s)" in line for line in lines)
     assert "Aggregated control scaled x2, linear-scaling assumption" in section
     assert (
-        "| baseline | CPU_ATTN | p32-d32 | pd.cpu_attn.p32-d32.auto.v1.baseline | 5.66 req/s [4, 6.73] | "
-        "agg.cpu_attn.b32.auto.v1.baseline | 22.6 req/s [22.6, 26.9] | 0.125 [0.0743, 0.149] (control x2) |"
+        "| baseline | CPU_ATTN | p32-d32 | pd.cpu_attn.p32-d32.auto.v1.baseline | 5.89 req/s [5.29, 6.18] | "
+        "agg.cpu_attn.b32.auto.v1.baseline | 22.6 req/s [22.6, 26.9] | 0.13 [0.0983, 0.137] (control x2) |"
     ) in section
 
 
