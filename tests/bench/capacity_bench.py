@@ -99,12 +99,13 @@ def ours(args: argparse.Namespace, url: str, model: str, pool: list[int] | None,
         base=base, work_dir=work / "ours", slo=slo, seconds_per_probe=args.seconds_per_probe,
         min_requests=args.min_requests,
     )  # fmt: skip
-    settings = SearchSettings(
-        start_rate=args.start_rate, precision=args.precision, half_width=args.half_width,
-        budget_requests=args.budget_requests,
-        budget_s=args.budget_s, max_probes=args.max_probes,
-    )  # fmt: skip
     started = time.monotonic()
+    start_rate, start_requests = _start_rate(args, base, work / "ours")
+    settings = SearchSettings(
+        start_rate=start_rate, precision=args.precision, half_width=args.half_width,
+        budget_requests=max(1, args.budget_requests - start_requests),
+        budget_s=max(1.0, args.budget_s - (time.monotonic() - started)), max_probes=args.max_probes,
+    )  # fmt: skip
     found = search_capacity(measure, slo, settings, expected_seconds=measure.expected_seconds)
     wall = time.monotonic() - started
     lower, upper = found.interval
@@ -115,12 +116,27 @@ def ours(args: argparse.Namespace, url: str, model: str, pool: list[int] | None,
         "interval": [lower, upper],
         "bracket": list(found.bracket),
         "conclusive_interval": list(found.conclusive_interval),
-        "requests": found.requests_used,
+        "start_rate": start_rate,
+        "requests": found.requests_used + start_requests,
         "seconds": wall,
         "stop_reason": found.stop_reason,
         "result": found.to_json(),
         "runs": measure.runs,
     }
+
+
+def _start_rate(args: argparse.Namespace, base: WorkloadSpec, work: Path) -> tuple[float, int]:
+    """Where ours starts: --start-rate N, or (`closed`) the rate a short closed loop at --start-concurrency
+    carried, so the search does not spend its probes doubling up from far below; the closed loop's requests
+    (and seconds: the caller's clock) count as ours."""
+    if args.start_rate != "closed":
+        return float(args.start_rate), 0
+    requests = 40
+    update = {"concurrency": args.start_concurrency, "num_requests": requests, "max_duration_s": 60.0}
+    spec = base.model_copy(update=update)
+    result = run_load(spec, work, name="closed-loop-start")
+    rate = result.metrics.get("requests_per_s", 0.0)
+    return (rate if rate > 0 else 4.0), requests
 
 
 def guidellm_scenario(args: argparse.Namespace, url: str, model: str, out: Path) -> dict[str, Any]:
@@ -337,7 +353,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--output-tokens", type=int, default=32)
-    parser.add_argument("--start-rate", type=float, default=4.0)
+    parser.add_argument(
+        "--start-rate", default="closed",
+        help="ours: first rate (req/s), or `closed`: the rate a 40-request closed loop at --start-concurrency carried "
+        "(its requests and seconds count as ours)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--start-concurrency", type=int, default=8, help="ours: the closed loop's streams (--start-rate closed)"
+    )
     parser.add_argument("--burstiness", type=float, default=1.0, help="ours: gamma shape of arrivals (1: Poisson)")
     parser.add_argument(
         "--precision",
@@ -378,6 +401,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-send-lateness-ms", type=float, default=50.0)
     parser.add_argument("--quick", action="store_true", help="a smoke run: shorter probes, smaller budgets")
     args = parser.parse_args(argv)
+    if args.start_rate != "closed":
+        try:
+            rate = float(args.start_rate)
+        except ValueError:
+            rate = 0.0
+        if not rate > 0:
+            parser.error(f"--start-rate must be a positive number of requests/s or `closed`, got {args.start_rate!r}")
     if args.quick:
         args.seconds_per_probe, args.budget_s, args.max_probes, args.min_requests = 6.0, 60.0, 5, 20
         args.aiperf_max_iterations, args.aiperf_timeout_s = 4, 150.0
