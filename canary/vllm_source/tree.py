@@ -6,13 +6,13 @@ checks the sdist (`make k8s-tools`, part of `make setup`); this module reads the
 
 from __future__ import annotations
 
-import hashlib
 import re
 import tarfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from canary.core.digest import file_sha256
 from canary.errors import CanaryError
 from canary.paths import CACHE_DIR, REPO_ROOT
 
@@ -77,15 +77,6 @@ class SourceTree:
         return sorted(p for p in self.files if p.startswith(prefix) and p.endswith(suffix))
 
 
-def sha256_of(path: Path) -> str:
-    """Hex sha256 of a file."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 _SUFFIXES = (".py", ".txt", ".toml")
 
 
@@ -117,7 +108,7 @@ def load_sdist(path: Path | None = None, sha256: str | None = None) -> SourceTre
             f"{path} is missing: `make k8s-tools` downloads the sha256-pinned vLLM {pin.version} sdist "
             "(part of `make setup`, which `make test` runs first)"
         )
-    have = sha256_of(path)
+    have = file_sha256(path)
     if have != want:
         raise SourceError(f"{path}: sha256 {have}, expected {want} (mk/k8s.mk VLLM_SDIST_SHA256)")
     return _from_tar(path, f"vllm sdist {path.name}")

@@ -17,7 +17,6 @@ result says what was measured; the reports print it one line per cell (canary/ex
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from canary.checks.base import CheckContext
 from canary.checks.startup.check import reported_kernel_block
 from canary.config import ThroughputCheckConfig
 from canary.config.workloads import WorkloadShape
+from canary.core.digest import file_sha256
 from canary.load.shapes import residue_lengths
 
 CELL = "cell"
@@ -91,15 +91,6 @@ def cell_workload(ctx: CheckContext) -> tuple[WorkloadShape, dict[str, Any]]:
     if missing:
         extra["block_sizes_missing"] = missing
     return shape.model_copy(update={"block_sizes": sizes}), extra
-
-
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file's bytes, hex."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def workload_evidence(
