@@ -46,7 +46,6 @@ from canary.load.workload import WorkloadSpec  # noqa: E402
 from tests.bench.aiperf_search import HISTORY, aiperf_command, load_runs, read_aiperf  # noqa: E402
 
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-GUIDELLM_GRACE_S = 60.0
 TARGET_HALF_WIDTH = 0.1  # the bar: an interval of +-10% (at the bench's --confidence, 90%)
 
 
@@ -181,7 +180,7 @@ def guidellm(args: argparse.Namespace, url: str, model: str, work: Path) -> dict
     log_path = work / "guidellm.log"
     command = [str(exe), "run", "-c", str(scenario), "--disable-console-interactive"]
     env = {**os.environ, **OFFLINE_ENV}
-    code, row["seconds"] = _run_peer(command, env, work, log_path, args.budget_s + GUIDELLM_GRACE_S)
+    code, row["seconds"] = _run_peer(command, env, work, log_path, args.guidellm_timeout_s)
     if code != 0 or not out.exists():
         return {**row, "error": _failure("guidellm", code, log_path)}
     return {**row, **read_guidellm(json.loads(out.read_text(encoding="utf-8")))}
@@ -377,12 +376,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seconds-per-probe", type=float, default=10.0)
     parser.add_argument("--min-requests", type=int, default=40)
     parser.add_argument("--budget-s", type=float, default=120.0, help="seconds ours and guidellm may spend")
-    parser.add_argument("--budget-requests", type=int, default=4000, help="requests ours may send")
-    parser.add_argument("--max-probes", type=int, default=10, help="probes (guidellm: benchmarks) each search may run")
+    parser.add_argument(
+        "--budget-requests", type=int, default=12000, help="requests ours may send (time is what binds: --budget-s)"
+    )
+    parser.add_argument("--max-probes", type=int, default=12, help="probes (guidellm: benchmarks) each search may run")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--aiperf-max-concurrency", type=int, default=64, help="aiperf: top of its search space")
     parser.add_argument(
         "--aiperf-max-iterations", type=int, default=12, help="aiperf: runs it may make (2 or more per level)"
+    )
+    parser.add_argument(
+        "--guidellm-timeout-s",
+        type=float,
+        default=300.0,
+        help="guidellm: wall limit of its search (its benchmarks take ~20 s each here, --max-probes of them; "
+        "120 + 60 s cut it off at a loose SLO)",
     )
     parser.add_argument(
         "--aiperf-timeout-s",
@@ -410,7 +418,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--start-rate must be a positive number of requests/s or `closed`, got {args.start_rate!r}")
     if args.quick:
         args.seconds_per_probe, args.budget_s, args.max_probes, args.min_requests = 6.0, 60.0, 5, 20
-        args.aiperf_max_iterations, args.aiperf_timeout_s = 4, 150.0
+        args.aiperf_max_iterations, args.aiperf_timeout_s, args.guidellm_timeout_s = 4, 150.0, 150.0
     return args
 
 

@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         ("misses in runs of 10 requests, same", sims.runs, cap, curve, long),
         ("the same, design effect ignored (1)", lambda s: sims.runs(s, naive=True), cap, curve, long),
         ("misses in runs of 20 requests, same", lambda s: sims.runs(s, run=20), cap, curve, long),
+        ("a cliff (every probe passes, then over-saturates), 10 s probes", sims.cliff, sims.CLIFF_CAPACITY, queue,
+         SearchSettings(start_rate=40.0, precision=0.2, budget_requests=10**6, budget_s=120.0)),
         ("M/M/16 queue (wait <= 0.3 s), same", sims.mmc, mm16, queue, long),
         ("M/M/1 queue (wait <= 0.3 s), same", lambda s: sims.mmc(s, c=1, mu=10.0), mm1, queue, long),
     ]  # fmt: skip

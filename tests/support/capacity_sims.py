@@ -8,6 +8,8 @@ measurement does (canary.load.capacity.design_effect), or set to 1 (`naive`: bli
 - binomial: independent requests, P(met) = the M/M/1 attainment curve 1 - exp(-(MU - rate) T).
 - runs: the same curve, but misses come in runs: a two-state chain, 'bad' (every request misses) for
   `run` requests on average, in the stationary share 1 - attainment. Design effect ~2 run - 1.
+- cliff: a server that holds the SLO up to a cliff and over-saturates just past it (the real bench's shape at
+  a loose SLO): no logistic fit places a step, so only the conclusive interval answers.
 - mmc: a stationary M/M/c queue (Poisson arrivals, c servers of rate mu each, FCFS); a request meets
   the SLO when it waits at most T for a server. P = 1 - ErlangC x exp(-(c mu - rate) T).
 """
@@ -69,6 +71,34 @@ def runs(seed: int, *, run: float = 10.0, seconds: float = 60.0, naive: bool = F
         return _result(rate, outcomes, naive)
 
     return measure
+
+
+CLIFF = 111.0  # req/s: the cliff server's saturation rate (a real bench run's, at TTFT <= 1 s, TPOT <= 50 ms)
+
+
+def cliff(seed: int, *, run: float = 20.0, seconds: float = 10.0) -> Measure:
+    """A server that holds its SLO up to a cliff (a real bench run, 2026-12-03, 64/32 tokens, TTFT <= 1 s and TPOT
+    <= 50 ms: every probe up to 110.5 req/s met it, probes at 111.0 scattered 0.69-1.0, 111.7 and up over-saturated):
+    P(met) = 1 up to 0.99 CLIFF, then falling linearly to 0.5 at CLIFF, misses in runs of `run`; over-saturated
+    from 1.005 CLIFF. Its capacity at the 0.9 target: 0.99 + 0.01 x 0.1 / 0.5 of CLIFF."""
+    rng = random.Random(seed)
+
+    def measure(rate: float) -> RateResult:
+        if rate >= 1.005 * CLIFF:
+            return RateResult(offered_rate=rate, requests=600, met=0, seconds=seconds, saturated="queueing grew")
+        p = 1.0 if rate <= 0.99 * CLIFF else 1.0 - 0.5 * (rate / CLIFF - 0.99) / 0.01
+        n, leave = max(40, min(600, round(rate * seconds))), 1 / run
+        enter = leave * (1 - p) / p
+        bad, outcomes = rng.random() < 1 - p, []
+        for _ in range(n):
+            outcomes.append(not bad)
+            bad = rng.random() >= leave if bad else rng.random() < enter
+        return _result(rate, outcomes, naive=False)
+
+    return measure
+
+
+CLIFF_CAPACITY = CLIFF * (0.99 + 0.01 * 0.1 / 0.5)
 
 
 def erlang_c(c: int, load: float) -> float:
