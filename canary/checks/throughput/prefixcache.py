@@ -8,8 +8,9 @@ prefix-cache counters is recorded per role:
 - `vllm:prefix_cache_queries` / `vllm:prefix_cache_hits` (tokens looked up in / found in the
   engine's own KV cache; vllm/v1/metrics/loggers.py);
 - `vllm:external_prefix_cache_queries` / `vllm:external_prefix_cache_hits` (tokens the engine's KV
-  connector was asked for / supplied: on a NIXL decode, the prompt tokens read from prefill). Only
-  an engine with a KV connector exports them.
+  connector was asked for / supplied: on a NIXL decode, the prompt tokens read from prefill). vLLM
+  0.32 exports them on every engine; only one with a KV connector counts anything (an aggregated
+  engine's stay at 0: "no tokens queried").
 
 The hit rate is hits / queries, None when nothing was queried. A counter an engine does not export
 is recorded as absent (no number), an engine that could not be scraped with its error: nothing here

@@ -47,7 +47,7 @@ def test_counters_are_read_as_vllm_exposes_them() -> None:
     assert queries is not None and queries.value == 576.0  # _total, summed over the engine label
     assert hits is not None and hits.value == 512.0
     assert queries.created is not None  # prometheus_client's _created series
-    assert scrape[pc.EXTERNAL[0]] is None and scrape[pc.EXTERNAL[1]] is None  # no KV connector: absent
+    assert scrape[pc.EXTERNAL[0]] is None and scrape[pc.EXTERNAL[1]] is None  # not exported: absent
 
 
 def test_growth_over_the_load_and_its_hit_rate() -> None:
