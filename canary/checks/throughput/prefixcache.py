@@ -134,6 +134,8 @@ def snapshot(urls: Mapping[str, str | None], timeout_s: float = 5.0) -> Snapshot
             found[role] = read(promtext.scrape(url, timeout_s))
         except CanaryError as exc:
             found[role] = str(exc)
+        except ValueError as exc:  # answered, but not a Prometheus exposition
+            found[role] = f"cannot parse {url}: {exc}"
     return found
 
 

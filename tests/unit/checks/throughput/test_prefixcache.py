@@ -5,6 +5,9 @@ with, with the metric and label names vLLM 0.32 defines (vllm/v1/metrics/loggers
 
 from __future__ import annotations
 
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from canary.checks.throughput import prefixcache as pc
@@ -125,6 +128,30 @@ def test_engines_that_cannot_be_scraped_are_named_with_the_reason() -> None:
     # scraped after the load but not before: an error, not a growth since the process started
     late = pc.compare({}, {"decode": Engine().inc(500.0, 256.0).scrape()})
     assert late[0].error == "not scraped before the load" and not late[0].local.present
+
+
+def test_an_answer_that_is_not_an_exposition_is_named_not_raised() -> None:
+    class Garbage(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"vllm:prefix_cache_queries_total{engine=0 twelve\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Garbage)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        found = pc.snapshot({"aggregated": url}, timeout_s=5.0)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert isinstance(found["aggregated"], str) and found["aggregated"].startswith(f"cannot parse {url}")
 
 
 def test_metrics_per_role_feed_the_exported_hit_ratio() -> None:
