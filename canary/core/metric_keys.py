@@ -85,6 +85,19 @@ def pd_time_key(term: str, stat: str) -> str:
     return f"pd_time_{term}_{stat}_s"
 
 
+# --------------------------------------------------------------------------- throughput: prefix-cache hits
+PREFIX_CACHE_ROLES: tuple[str, ...] = ("prefill", "decode", "aggregated")
+"""The engine roles whose prefix-cache counters the throughput check reads (canary/checks/throughput/prefixcache.py)."""
+PREFIX_CACHE_HIT_RATE = "hit_rate"
+"""Of the tokens an engine looked up in its own prefix cache during the load, the share it found (0..1)."""
+
+
+def prefix_cache_key(stat: str, role: str) -> str:
+    """An engine's prefix-cache number over the load: `prefix_cache_<stat>_<role>`, stat queried_tokens,
+    hit_tokens or hit_rate (exported: hit_rate)."""
+    return f"prefix_cache_{stat}_{role}"
+
+
 # --------------------------------------------------------------------------- accuracy
 ACCURACY = "accuracy"
 ACCURACY_WILSON_LOW = "accuracy_wilson_low"

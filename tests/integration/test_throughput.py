@@ -32,6 +32,7 @@ from canary.config import CanaryConfig, ThroughputCheckConfig
 from canary.config.load import load_config
 from canary.core import promtext
 from canary.core.ports import free_ports
+from canary.judge.results import CheckResult
 from canary.load.launch import LoadResult, run_load, token_pool
 from canary.load.stats import Sample, percentile
 from canary.load.workload import WorkloadSpec
@@ -293,6 +294,24 @@ def test_throughput_check_on_real_aggregated_server(agg_deployment: Deployment, 
     # (the role-only chunk, a later token, the end) moves it by at least one inter-token gap.
     assert abs(client_span - engine_span) <= max(0.05, 0.25 * engine_span), (client_span, engine_span)
     assert result.metrics["requests_per_s"] > 0 and result.metrics["output_tokens_per_s"] > 0
+    _assert_prefix_cache_counted(result, {"aggregated": len(samples) * 64}, connector=False)
+
+
+def _assert_prefix_cache_counted(result: CheckResult, prompt_tokens: dict[str, int], connector: bool) -> None:
+    """vLLM's prefix-cache counters were found on each engine and grew by the load's prompt tokens (each
+    prompt is looked up once); a hit is whole blocks (block size 32) within them; the KV connector's
+    counters moved on a P/D pair's engines only. How many hit depends on what the session's other
+    tests sent before (same seeds): not asserted."""
+    engines = result.evidence["prefix_cache"]["engines"]
+    assert set(engines) == set(prompt_tokens), engines
+    for role, tokens in prompt_tokens.items():
+        local = engines[role]["local"]
+        assert local["present"] and not local["reset"], (role, engines[role])
+        assert local["queried_tokens"] == tokens, (role, local)
+        assert 0 <= local["hit_tokens"] <= tokens and local["hit_tokens"] % 32 == 0, (role, local)
+        external = engines[role]["external"]  # exported by every engine; counted by a KV connector only
+        assert external["present"] and (external["queried_tokens"] > 0) is connector, (role, external)
+        assert result.metrics[f"prefix_cache_queried_tokens_{role}"] == tokens
 
 
 @pytest.mark.engine
@@ -303,7 +322,8 @@ def test_throughput_check_through_pd_router(pd_deployment: Deployment, tmp_path:
     assert result.verdict in ("pass", "invalid"), result.summary
     assert result.verdict == "pass" or result.metrics["client_valid"] == 0.0
     assert result.evidence["endpoint"] == pd_deployment.base_url  # the router, not a server behind it
-    _assert_exact_counts(tmp_path, 64, 32)
+    samples = _assert_exact_counts(tmp_path, 64, 32)
+    _assert_prefix_cache_counted(result, {"prefill": len(samples) * 64, "decode": len(samples) * 64}, connector=True)
     split = result.evidence["pd_time"]  # where its time went (tests/integration/test_pd_time.py checks the terms)
     assert split["available"] and split["joined"] == split["requests"] > 0, split.get("problems") or split.get("why")
 

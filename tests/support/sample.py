@@ -46,7 +46,9 @@ from canary.core.metric_keys import (
     PD_TIME_RECOMPUTED,
     PD_TIME_REQUESTS,
     PD_TIME_TERMS,
+    PREFIX_CACHE_HIT_RATE,
     pd_time_key,
+    prefix_cache_key,
 )
 from canary.export.history.tracked import TRACKED
 from canary.judge.capacity_gain import judge_gain
@@ -168,6 +170,10 @@ def _throughput(cell: Cell, rps: float, baseline_rps: float | None) -> CheckResu
     )
     if pd:
         metrics.update({LOAD_PARITY_FAILING: 0.0, LOAD_PARITY_KL_OVER_FLOOR: 0.0})
+    # prefix-cache hits of each engine over the load (canary/checks/throughput/prefixcache.py): fresh
+    # synthetic prompts, so none on any engine
+    for role in ("prefill", "decode") if pd else ("aggregated",):
+        metrics[prefix_cache_key(PREFIX_CACHE_HIT_RATE, role)] = 0.0
     if cell.topology == "pd-nixl":  # where the TTFT goes (canary/checks/throughput/pdtime.py)
         shares = dict(zip(PD_TIME_TERMS[:-1], (0.08, 0.05, 0.30, 0.10, 0.12, 0.15, 0.20), strict=True))
         split = {**{t: ttft * f for t, f in shares.items()}, "decode": e2e - ttft}

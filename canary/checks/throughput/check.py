@@ -20,6 +20,10 @@ judged. Every attempt (verdict, summary, the client's problems, the wait before 
 evidence.attempts, their count in metrics.attempts. A check still invalid after the last attempt
 names its cause in evidence.cause ("client CPU-starved"): the run is then INCONCLUSIVE, not failed.
 
+Each measurement also records the prefix-cache hits of every engine of the cell over its load runs
+(queried and hit tokens, hit rate, per role: canary/checks/throughput/prefixcache.py) in
+evidence.prefix_cache and metrics; informational, no gate.
+
 With `paired.enabled`, a candidate cell whose baseline counterpart is in the matrix is compared by the
 paired verdict instead of the unpaired regression gates: the counterpart is deployed beside it and
 both are measured in alternating windows (canary/checks/throughput/paired.py).
@@ -35,7 +39,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from canary.checks.base import CheckContext, register
-from canary.checks.throughput import hostload, loadparity, paired, pdtime
+from canary.checks.throughput import hostload, loadparity, paired, pdtime, prefixcache
 from canary.checks.throughput.workload import cell_workload, workload_evidence
 from canary.config import CapacityConfig, ThroughputCheckConfig
 from canary.config.workloads import WorkloadShape
@@ -86,6 +90,7 @@ EXPORTED_KEYS: tuple[str, ...] = (
     *(keys.pd_time_key(term, stat) for term in keys.PD_TIME_TERMS for stat in keys.PD_TIME_STATS),
     keys.PD_TIME_REQUESTS,
     keys.PD_TIME_RECOMPUTED,
+    *(keys.prefix_cache_key(keys.PREFIX_CACHE_HIT_RATE, role) for role in keys.PREFIX_CACHE_ROLES),
     *loadparity.LOAD_PARITY_KEYS,
 )
 """The numbers of this check the exporters read."""
@@ -451,6 +456,8 @@ def measure(
         s.pid for s in ctx.deployment.servers.values() if s.pid is not None
     ]  # local: pid == pgid; container: its init
     foreign: list[hostload.ForeignLoad | None] = []
+    cache_urls = prefixcache.engine_urls(ctx.deployment)
+    cache_before = prefixcache.snapshot(cache_urls)  # prefix-cache hits of this measurement, per engine
     for repeat in range(cfg.repeats):
         spec = build_spec(cfg, ctx.deployment, attempt * cfg.repeats + repeat, shape).model_copy(
             update={"token_pool": pool, "words_per_token": ratio}
@@ -469,6 +476,9 @@ def measure(
         evidence["runs"].append({**result.summary(), "metrics": result.metrics})
         foreign.append(hostload.foreign_load(before, after) if before and after else None)
     metrics = combine(runs)
+    cache = prefixcache.compare(cache_before, prefixcache.snapshot(cache_urls))
+    metrics.update(prefixcache.metrics(cache))
+    evidence[prefixcache.EVIDENCE_KEY] = prefixcache.evidence(cache)
     decomposition = pdtime.decompose_deployment(ctx.deployment, [s for r in runs for s in r.samples])
     if decomposition is not None:  # a P/D cell: where its requests' time went (informational, no gate)
         metrics.update(decomposition.metrics())

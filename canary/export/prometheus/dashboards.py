@@ -1059,6 +1059,8 @@ def _capacity_panels() -> tuple[gts.Panel, gtable.Panel, gts.Panel, gtable.Panel
         hidden=(*HIDDEN_COLUMNS, "model", "kernel_block_size", "topology"),
     )
     return capacity_chart, capacity_table, gain_chart, gain_table
+
+
 def _pd_time_panel() -> gts.Panel:
     """Where the slowest P/D cells' time goes, term by term (canary_pd_time_seconds), and how many of their
     requests were joined and fell back to recompute."""
@@ -1075,6 +1077,18 @@ def _pd_time_panel() -> gts.Panel:
         _query(f"{s.PD_TIME_REQUESTS.name}{same}", "{{cell}} joined", "B"),
         _query(f"{s.PD_TIME_RECOMPUTED.name}{same}", "{{cell}} recomputed", "C"),
     ).override_by_query("B", DASHED)
+
+
+def _prefix_cache_panel() -> gts.Panel:
+    """The prefix-cache hit ratio of each engine under the throughput check's load, lowest first."""
+    return _timeseries(
+        "Prefix-cache hits under load by engine",
+        f"The ${LIMIT_VAR} lowest prefix-cache hit ratios (cell and engine role): {s.PREFIX_CACHE_HIT.help} "
+        "A shared-prefix workload hits on prefill; fresh synthetic prompts hit nothing. Queried and hit tokens: "
+        "results.json, evidence.prefix_cache of the throughput check.",
+        U_RATIO,
+        _query(top(f"{s.PREFIX_CACHE_HIT.name}{selector()}", worst="bottomk"), "{{cell}} {{role}}"),
+    )
 
 
 def performance() -> gdash.Dashboard:
@@ -1206,6 +1220,7 @@ def performance() -> gdash.Dashboard:
         .with_panel(_latency_panel("itl"))
         .with_panel(_latency_panel("e2e"))
         .with_panel(_pd_time_panel())
+        .with_panel(_prefix_cache_panel())
         .with_row(gdash.Row("GSM8K accuracy"))
         .with_panel(
             _timeseries(

@@ -27,8 +27,8 @@ image               image key of the config (``baseline``, ``patched``)
 
 plus, where relevant: ``check`` (startup, parity, accuracy, throughput, kv_transfer, deploy),
 ``verdict`` (one of the 8 verdicts), ``percentile`` (p50, p90, p99), ``term`` (a term of
-``canary_pd_time_seconds``), ``risk`` (a risk flag of the
-planner) and ``failure_class`` (a name of the failure-signature catalog, ``unclassified``
+``canary_pd_time_seconds``), ``role`` (an engine of the cell: prefill, decode, aggregated),
+``risk`` (a risk flag of the planner) and ``failure_class`` (a name of the failure-signature catalog, ``unclassified``
 otherwise). Run metrics carry
 ``config``, ``platform``, ``target``, ``canary_version`` (``canary_run_info``) and
 ``image``, ``image_ref``, ``baseline`` (``canary_image_info``). The Pushgateway adds its grouping
@@ -39,8 +39,8 @@ Cardinality
 -----------
 Bounded by the config, never by time: there is no run id, timestamp, URL or free text in any
 label (the parity metrics are per cell: no prompt text, length or fingerprint in any label). A run
-exposes at most ``SERIES_PER_CELL`` (120) series per cell plus ~15 run series: the CPU default
-(10 cells) < 1220 series, a 500-cell GPU matrix < 61k (a cell has only its topology's share: P/D
+exposes at most ``SERIES_PER_CELL`` (123) series per cell plus ~15 run series: the CPU default
+(10 cells) < 1250 series, a 500-cell GPU matrix < 62k (a cell has only its topology's share: P/D
 cells no drift series, aggregated cells no P/D fidelity, P/D time or gain series). Every push replaces the whole
 group, so series of cells no longer in the matrix disappear with the next run. ``verdict`` and
 ``failure_class`` series exist only for the current value (one series per cell), so a change of
@@ -258,6 +258,14 @@ PD_TIME_REQUESTS = _cell(
 PD_TIME_RECOMPUTED = _cell(
     "pd_time_recomputed_requests",
     "Of the joined requests of a P/D cell, those decode computed the prompt for instead of reading its KV.",
+)
+PREFIX_CACHE_HIT = _cell(
+    "prefix_cache_hit_ratio",
+    "Of the prompt tokens an engine of the cell (role: prefill, decode, aggregated) looked up in its own prefix "
+    "cache during the throughput check's load, the share it found (vllm:prefix_cache_hits / queries growth); no "
+    "series when the engine exports no such counter or nothing was queried.",
+    "ratio",
+    "role",
 )
 ACCURACY = _cell(
     "gsm8k_accuracy_ratio", "GSM8K exact-match accuracy (flexible extract) of the questions evaluated.", "ratio"
@@ -528,6 +536,12 @@ CHECK_METRICS: tuple[CheckMetric, ...] = (
     ),
     CheckMetric(PD_TIME_REQUESTS, "throughput", k.PD_TIME_REQUESTS),
     CheckMetric(PD_TIME_RECOMPUTED, "throughput", k.PD_TIME_RECOMPUTED),
+    *(
+        CheckMetric(
+            PREFIX_CACHE_HIT, "throughput", k.prefix_cache_key(k.PREFIX_CACHE_HIT_RATE, role), (("role", role),)
+        )
+        for role in k.PREFIX_CACHE_ROLES
+    ),
     *(CheckMetric(spec, "throughput", key) for spec, key in LOAD_PARITY_METRICS),
     CheckMetric(ACCURACY, "accuracy", k.ACCURACY),
     CheckMetric(ACCURACY_LOW, "accuracy", k.ACCURACY_WILSON_LOW),

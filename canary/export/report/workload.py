@@ -1,7 +1,9 @@
 """The workload each cell's load ran (the throughput check's evidence.workload,
 canary/checks/throughput/workload.py), one line per cell for summary.html and summary.md: the kind and
-its parameters, the lengths, the arrivals and the seeds. Cells whose result has no such block (older
-results, a check that did not run) are left out; a run with none has no section."""
+its parameters, the lengths, the arrivals and the seeds, then the prefix-cache hits each engine had
+during that load (evidence.prefix_cache, canary/checks/throughput/prefixcache.py). Cells whose result
+has no workload block (older results, a check that did not run) are left out; a run with none has no
+section."""
 
 from __future__ import annotations
 
@@ -97,9 +99,48 @@ def workload_line(found: dict[str, Any]) -> str:
     return f"{_shape(found)}; {_arrivals(found)}; {_seeds(found.get('seeds'))}"
 
 
+def _share(cache: Any) -> str | None:
+    """'62% of 12,800 tokens' of one cache's growth (evidence.prefix_cache.engines.<role>.local / external);
+    None when its counters are absent."""
+    if not isinstance(cache, dict) or not cache.get("present"):
+        return None
+    queried, rate = cache.get("queried_tokens"), cache.get("hit_rate")
+    text = "no tokens queried" if rate is None else f"{float(rate):.0%} of {float(queried or 0):,.0f} tokens"
+    return f"{text} (since a counter reset)" if cache.get("reset") else text
+
+
+def _engine_hits(role: str, found: Any) -> str:
+    if not isinstance(found, dict):
+        return f"{role} unknown"
+    if "error" in found:
+        return f"{role} not read ({found['error']})"
+    local, external = _share(found.get("local")), _share(found.get("external"))
+    text = f"{role} {local}" if local is not None else f"{role} exports no prefix-cache counters"
+    if external is not None and external != "no tokens queried":
+        text += f" (KV connector {external})"
+    return text
+
+
+def prefix_cache_line(found: dict[str, Any]) -> str | None:
+    """'prefix cache: prefill 62% of 12,800 tokens, decode 0% of 3,200 tokens (KV connector 100% of 3,200
+    tokens)' from evidence.prefix_cache; None without engines."""
+    engines = found.get("engines")
+    if not isinstance(engines, dict) or not engines:
+        return None
+    return "prefix cache: " + ", ".join(_engine_hits(str(role), hits) for role, hits in engines.items())
+
+
+def _line(result: CellResult, found: dict[str, Any]) -> str:
+    line = workload_line(found)
+    check = result.check("throughput")
+    cache = check.evidence.get("prefix_cache") if check is not None else None
+    hits = prefix_cache_line(cache) if isinstance(cache, dict) else None
+    return f"{line}; {hits}" if hits else line
+
+
 def workloads(run: RunResult) -> list[tuple[CellResult, str]]:
     """(cell, line) for every cell whose throughput check recorded its workload, in run order."""
-    return [(r, workload_line(found)) for r in run.cells if (found := _workload(r)) is not None]
+    return [(r, _line(r, found)) for r in run.cells if (found := _workload(r)) is not None]
 
 
 def markdown_lines(run: RunResult) -> list[str]:
@@ -123,6 +164,7 @@ def html_section(run: RunResult) -> str:
     )
     return (
         "<h3 id='workloads'>Workloads</h3><p class='note'>What each cell's load sent "
-        "(checks.throughput.workload; evidence.workload of results.json has every parameter).</p>"
+        "(checks.throughput.workload; evidence.workload of results.json has every parameter) and the prefix-cache "
+        "hits of each engine during it (evidence.prefix_cache).</p>"
         f"<ul>{items}</ul>"
     )

@@ -34,6 +34,7 @@ from canary.checks.parity.metrics import over_floor, reference_metrics
 from canary.checks.parity.prompts import ParityPrompt
 from canary.checks.parity.reference import CACHE_BATCH_ARM, FORCED_NULL_ARM, Reference, judge_evidence
 from canary.checks.startup.check import _ready_metrics
+from canary.checks.throughput import prefixcache
 from canary.checks.throughput.check import add_capacity, add_gain, combine
 from canary.checks.throughput.loadparity import finish
 from canary.checks.throughput.paired import verdict_metrics
@@ -114,7 +115,22 @@ def _throughput() -> set[str]:
     arms = ("baseline", "candidate")
     windows = [Window(0, p, arm, 10.0 + p + (arm == "candidate")) for p in range(3) for arm in arms]
     paired_keys = verdict_metrics(paired_verdict(windows, margin=0.15, confidence=0.95))  # checks.throughput.paired
-    return set(combine(runs)) | set(paired_keys) | _pd_time()
+    return set(combine(runs)) | set(paired_keys) | _pd_time() | _prefix_cache()
+
+
+def _prefix_cache() -> set[str]:
+    """The prefix-cache numbers of a P/D cell's engines and of an aggregated one over a load."""
+
+    def scrape(queries: float, hits: float) -> str:
+        return (
+            f'vllm:prefix_cache_queries_total{{engine="0",model_name="tiny"}} {queries}\n'
+            f'vllm:prefix_cache_hits_total{{engine="0",model_name="tiny"}} {hits}\n'
+        )
+
+    roles = ("prefill", "decode", "aggregated")
+    before = {role: prefixcache.read(parse(scrape(0.0, 0.0))) for role in roles}
+    after = {role: prefixcache.read(parse(scrape(288.0, 256.0))) for role in roles}
+    return set(prefixcache.metrics(prefixcache.compare(before, after)))
 
 
 def _load_parity(work: Path) -> set[str]:

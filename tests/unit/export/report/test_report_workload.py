@@ -7,7 +7,7 @@ from html import escape
 from typing import Any
 
 from canary.export.report import html, markdown
-from canary.export.report.workload import workload_line
+from canary.export.report.workload import prefix_cache_line, workload_line
 from canary.judge.results import CellResult, RunResult
 from tests.support.sample import sample_run
 
@@ -78,3 +78,55 @@ def test_summary_html_has_a_workload_line_per_cell() -> None:
     section = page.split("<h3 id='workloads'>Workloads</h3>", 1)[1].split("<h2", 1)[0]
     for cell, found in ((first, RESIDUES), (second, SHARED)):
         assert f"<code>{escape(cell.cell.id)}</code></a>: {escape(workload_line(found))}</li>" in section
+
+
+def _cache(queried: float, hits: float, reset: bool = False) -> dict[str, Any]:
+    return {
+        "present": True,
+        "queried_tokens": queried,
+        "hit_tokens": hits,
+        "hit_rate": round(hits / queried, 4) if queried else None,
+        "reset": reset,
+    }
+
+
+# evidence.prefix_cache of a P/D cell under shared_prefix (the numbers of a real run, 2026-12-03)
+PD_CACHE: dict[str, Any] = {
+    "engines": {
+        "prefill": {"local": _cache(12672.0, 10240.0), "external": _cache(2432.0, 0.0)},
+        "decode": {"local": _cache(12672.0, 10240.0), "external": _cache(2432.0, 2432.0)},
+    }
+}
+
+
+def test_the_prefix_cache_hits_of_each_engine_follow_the_workload() -> None:
+    assert prefix_cache_line(PD_CACHE) == (
+        "prefix cache: prefill 81% of 12,672 tokens (KV connector 0% of 2,432 tokens), "
+        "decode 81% of 12,672 tokens (KV connector 100% of 2,432 tokens)"
+    )
+    absent = {"local": {"present": False}, "external": {"present": False}}
+    assert prefix_cache_line({"engines": {"aggregated": absent}}) == (
+        "prefix cache: aggregated exports no prefix-cache counters"  # never a number
+    )
+    idle = {"local": _cache(0.0, 0.0), "external": {"present": False}}
+    unread = {"error": "cannot scrape http://127.0.0.1:1/metrics: refused"}
+    assert prefix_cache_line({"engines": {"prefill": idle, "decode": unread}}) == (
+        "prefix cache: prefill no tokens queried, decode not read (cannot scrape http://127.0.0.1:1/metrics: refused)"
+    )
+    reset = {"local": _cache(300.0, 150.0, reset=True), "external": {"present": False}}
+    assert prefix_cache_line({"engines": {"aggregated": reset}}) == (
+        "prefix cache: aggregated 50% of 300 tokens (since a counter reset)"
+    )
+    assert prefix_cache_line({"engines": {}}) is None
+
+
+def test_both_reports_print_the_hits_beside_the_workload() -> None:
+    run = sample_run()
+    _, second = _with_workloads(run)
+    second.check("throughput").evidence["prefix_cache"] = PD_CACHE  # type: ignore[union-attr]
+    hits = prefix_cache_line(PD_CACHE)
+    section = markdown.render(run).split("## Workloads\n", 1)[1].split("\n## ", 1)[0]
+    assert f"{workload_line(SHARED)}; {hits}" in section
+    assert f"{workload_line(RESIDUES)}\n" in section  # a cell without the record: the workload alone
+    page = html.render(run)
+    assert f"{escape(workload_line(SHARED))}; {escape(str(hits))}</li>" in page
