@@ -34,7 +34,7 @@ bench: venv-dev engine-venv model ## load-generator benchmark vs vllm bench serv
 # (PyPI's Linux torch is the CUDA build). A tool that cannot be installed is reported, not fatal: its
 # row in the table says so and the others still run.
 #
-#   make bench-capacity                                  full run (~8-10 min on 2 cores, the server's start included)
+#   make bench-capacity                                  full run (~10-12 min on 2 cores, the server's start included)
 #   make bench-capacity CAPACITY_ARGS="--quick"          smoke run
 #   make bench-capacity CAPACITY_ARGS="--real-url http://127.0.0.1:8000 --ttft-ms 500"
 
