@@ -202,12 +202,14 @@ CAPACITY = _cell(
 CAPACITY_LOW = _cell(
     "capacity_lower_requests_per_second",
     "Lower end of the SLO capacity's interval (the fitted crossing's Fieller interval, else the highest rate "
-    "whose attainment's Wilson lower bound met the target); no series when nothing bounds it below.",
+    "whose probes up to the lowest failing one confidently met the target together); no series when nothing "
+    "bounds it below.",
 )
 CAPACITY_HIGH = _cell(
     "capacity_upper_requests_per_second",
     "Upper end of the SLO capacity's interval (the fitted crossing's Fieller interval, else the lowest rate "
-    "above it that confidently failed or over-saturated); no series when nothing bounds it above.",
+    "above every passing one that over-saturated or whose probes confidently failed together); no series when "
+    "nothing bounds it above.",
 )
 CAPACITY_REQUESTS = _cell(
     "capacity_search_requests", "Requests the SLO capacity search sent over all its probes (present when it ran)."
