@@ -136,16 +136,6 @@ class RateResult:
             self.invalid is None and self.saturated is None and self.requests > 0 and self.attainment >= slo.attainment
         )
 
-    def confidently_passes(self, slo: CapacitySlo) -> bool:
-        """The Wilson lower bound is at or above the target."""
-        return self.passes(slo) and self.interval(slo.confidence)[0] >= slo.attainment
-
-    def confidently_fails(self, slo: CapacitySlo) -> bool:
-        """Over-saturated, or the Wilson upper bound is below the target."""
-        if self.invalid is not None:
-            return False
-        return self.saturated is not None or (self.requests > 0 and self.interval(slo.confidence)[1] < slo.attainment)
-
     def to_json(self, slo: CapacitySlo) -> dict[str, Any]:
         """A JSON-ready row of the latency-vs-rate curve."""
         low, high = self.interval(slo.confidence)
@@ -597,8 +587,8 @@ def _search(result: CapacityResult, probe: Callable[[float], RateResult | None])
 
 
 def _refine(result: CapacityResult, probe: Callable[[float], RateResult | None]) -> None:
-    """After the bracket converged: probe around the fitted crossing (`_next_rate` says where) until the
-    fitted interval's half-width is within `half_width` or a budget is spent."""
+    """After the bracket converged: probe around the fitted crossing, or either side of the bracket without
+    a fit (`_next_rate` says where), until `_narrow_enough` or a budget is spent."""
     converged, settings = result.stop_reason, result.settings
     while True:
         if _narrow_enough(result):

@@ -101,7 +101,9 @@ def test_a_short_run_at_overload_is_caught_by_the_queue_growth_rule() -> None:
     climbing = [_sample(i, i / 20, 0.2 + 0.7 * i / 99) for i in range(100)]
     over = rate_result(20.0, climbing, SLO, seconds=6.0)
     assert over.attainment == 1.0 and over.saturated is not None and "queueing grew" in over.saturated
-    assert not over.passes(SLO) and over.confidently_fails(SLO)
+    assert not over.passes(SLO)  # and it bounds the conclusive interval from above, whatever its attainment:
+    held = rate_result(10.0, [_sample(i, i / 10, 0.2) for i in range(100)], SLO, seconds=10.0)
+    assert CapacityResult(slo=SLO, settings=SearchSettings(), probes=[held, over]).conclusive_interval == (10.0, 20.0)
     flat = rate_result(20.0, [_sample(i, i / 20, 0.2 + 0.1 * (i % 7) / 6) for i in range(100)], SLO, seconds=6.0)
     assert flat.saturated is None and flat.passes(SLO)
     doubled_but_small = rate_result(
