@@ -125,10 +125,7 @@ class RateResult:
 
     def interval(self, confidence: float) -> tuple[float, float]:
         """Wilson score interval of the attainment, on the effective sample size requests / design effect."""
-        if self.design_effect <= 1.0:
-            return wilson_interval(self.met, self.requests, confidence)
-        n = max(1, round(self.requests / self.design_effect))
-        return wilson_interval(min(n, round(self.attainment * n)), n, confidence)
+        return _pooled_interval([self], self.design_effect, confidence)
 
     def passes(self, slo: CapacitySlo) -> bool:
         """Point decision: valid, not over-saturated, attainment >= target."""
@@ -221,7 +218,7 @@ def _pooled_interval(probes: Sequence[RateResult], pooled_effect: float, confide
         size += p.requests / effect
         met += p.met / effect
     if size <= 0:
-        return 0.0, 1.0
+        return wilson_interval(0, 0, confidence)
     n = max(1, round(size))
     return wilson_interval(min(n, round(met / size * n)), n, confidence)
 

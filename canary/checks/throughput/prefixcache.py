@@ -49,12 +49,10 @@ class Counter:
 def read_counter(samples: list[promtext.Sample], name: str) -> Counter | None:
     """The counter `name` (exposed as name or name_total) in a scrape; None when the engine does not
     export it."""
-    names = {name, f"{name}_total"}
-    found = [s for s in samples if s.name in names]
-    if not found:
+    if not any(s.name in (name, f"{name}_total") for s in samples):
         return None
     created = [s.value for s in samples if s.name == f"{name}_created"]
-    return Counter(sum(s.value for s in found), max(created) if created else None)
+    return Counter(promtext.total(samples, name), max(created) if created else None)
 
 
 Scrape = dict[str, Counter | None]
