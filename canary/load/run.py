@@ -29,6 +29,7 @@ monkey.patch_all()  # first, before anything imports socket/ssl/threading
 import argparse  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
+import os  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import TextIO  # noqa: E402
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.spec is None or args.out is None:
         parser.error("--spec and --out are required (unless --worker or --serve)")
     spec = WorkloadSpec.model_validate_json(args.spec.read_text(encoding="utf-8"))
+    place(spec)
     if spec.open_loop:
         result = openloop.run_open(spec)
     elif args.expect_workers or spec.workers:
@@ -82,6 +84,7 @@ def serve(requests: TextIO, answers: TextIO) -> int:
             spec = WorkloadSpec.model_validate_json(Path(request["spec"]).read_text(encoding="utf-8"))
             if spec.workers:
                 raise ValueError("--serve runs loads in this process only (spec.workers must be 0)")
+            place(spec)
             result = openloop.run_open(spec) if spec.open_loop else runner.run_local(spec)
             _write(Path(request["out"]), result)
         except Exception as exc:  # one bad request must not end the session; the caller reads why
@@ -92,7 +95,15 @@ def serve(requests: TextIO, answers: TextIO) -> int:
     return 0
 
 
+def place(spec: WorkloadSpec) -> None:
+    """Run this process (and the workers it starts later) on spec.client_cpus, where the target put the
+    cell's other helpers; no change when None."""
+    if spec.client_cpus:
+        os.sched_setaffinity(0, spec.client_cpus)
+
+
 def _write(out: Path, result: dict[str, object]) -> None:
+    result["client_cpus"] = sorted(os.sched_getaffinity(0))  # where this run's client ran (place)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(result), encoding="utf-8")
     tmp.replace(out)

@@ -98,6 +98,11 @@ class WorkloadSpec(BaseModel):
     )
     lag_probe_interval_s: float = Field(0.01, gt=0, description="How often the loop-lag probe wakes up.")
     workers: int = Field(0, ge=0, description="0: one process; N: locust master + N local worker processes.")
+    client_cpus: list[int] | None = Field(
+        None,
+        description="Cores the load process runs on (the target's helper cores, canary.targets.affinity); "
+        "None: wherever the scheduler puts it.",
+    )
     request_id_prefix: str = Field(
         "canary",
         pattern=r"^[A-Za-z0-9._-]{1,40}$",

@@ -90,6 +90,9 @@ class Deployment:
     started: bool = False
     ready_seconds: float | None = None
     failure: str | None = None
+    helper_cpus: tuple[int, ...] | None = None
+    """The cores the target moved the cell's helper processes to (canary.targets.affinity); a load client
+    on this machine belongs there too. None: nothing was placed."""
     evidence: dict[str, object] = field(default_factory=dict)
     """What the target observed about how the cell was deployed (Kubernetes: NIXL placement and
     transport), for checks and reports; JSON-serialisable."""

@@ -181,3 +181,13 @@ def cpu_binds(cores: int, engines: int) -> list[str | None]:
         first, last = index * per, index * per + per - 1
         binds.append(str(first) if first == last else f"{first}-{last}")
     return binds
+
+
+def pd_helper_cores(cores: int) -> tuple[int, ...] | None:
+    """The cores a P/D pair's helper processes share (canary.targets.affinity): prefill's, so decode's
+    compute keeps its cores alone. None where cpu_binds binds nothing (fewer than 2 cores)."""
+    prefill = cpu_binds(cores, 2)[0]
+    if prefill is None:
+        return None
+    first, _, last = prefill.partition("-")
+    return tuple(range(int(first), int(last or first) + 1))

@@ -42,10 +42,17 @@ from canary.errors import CanaryError, ConfigError
 from canary.model.ref import hf_home, hub_model_missing, is_builtin, is_hub_id, local_model_dir, resolve_model
 from canary.paths import CACHE_DIR, REPO_ROOT
 from canary.plan.cell import Cell
-from canary.targets import processes
+from canary.targets import affinity, processes
 from canary.targets.base import Deployment, ServerInfo
 from canary.targets.devices import GPUS_KEY, Devices, Pool, cell_devices, check_pool, most_needed, resolve_pool
-from canary.targets.engine_env import LAYOUT_DIR_ENV, EngineRole, cpu_binds, engine_env, router_env
+from canary.targets.engine_env import (
+    LAYOUT_DIR_ENV,
+    EngineRole,
+    cpu_binds,
+    engine_env,
+    pd_helper_cores,
+    router_env,
+)
 from canary.targets.host_gpus import listed_gpus
 from canary.targets.readiness import probe, wait_ready
 from canary.targets.signatures import LogWatch
@@ -171,6 +178,11 @@ class LocalTarget:
         as warnings."""
         planned = list(cells)
         warnings: list[str] = []
+        explicit = self.settings.helper_cpus
+        if isinstance(explicit, list):
+            problem = affinity.check_cpus(explicit)
+            if problem is not None:
+                raise ConfigError(self.source, "target.local.helper_cpus", problem)
         if most_needed(planned, self.config):
             pool = self.gpu_pool()
             if pool is not None:
@@ -457,9 +469,35 @@ class LocalTarget:
             self._bring_up(deployment, plans, started, log_dir)
             if not deployment.started:
                 self._stop(deployment, started)
+            else:
+                self._place_helpers(deployment)
             yield deployment
         finally:
             self._stop(deployment, started)
+
+    def helper_cpus(self, cell: Cell) -> tuple[int, ...] | None:
+        """The cores of the cell's helper processes (target.local.helper_cpus; None: left as started)."""
+        setting = self.settings.helper_cpus
+        if setting is None:
+            return None
+        if setting != "auto":
+            return tuple(sorted(set(setting)))
+        if self.config.platform != "cpu" or cell.topology != "pd-nixl":
+            return None
+        return pd_helper_cores(self.cores)
+
+    def _place_helpers(self, deployment: Deployment) -> None:
+        """Move the ready cell's helper threads to their cores; the evidence says what moved or why not."""
+        cpus = self.helper_cpus(deployment.cell)
+        if cpus is None:
+            return
+        problem = affinity.check_cpus(cpus)
+        if problem is not None:
+            deployment.evidence["helper_cpus"] = {"cpus": list(cpus), "skipped": problem}
+            return
+        report = affinity.pin_helpers([s.pid for s in deployment.servers.values() if s.pid is not None], cpus)
+        deployment.helper_cpus = cpus
+        deployment.evidence["helper_cpus"] = report.to_json()
 
     def _url(self, port: str) -> str:
         return f"http://{self.settings.host}:{port}"

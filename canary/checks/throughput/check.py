@@ -123,6 +123,7 @@ def build_spec(
         max_client_cpu_ratio=cfg.max_client_cpu_ratio,
         max_client_lag_p99_s=cfg.max_client_lag_p99_ms / 1e3,
         workers=cfg.workers,
+        client_cpus=list(deployment.helper_cpus) if deployment.helper_cpus else None,
     )
 
 

@@ -83,3 +83,17 @@ def test_the_process_is_stopped_when_the_block_raises(standin: ScriptedServer, t
     assert not _alive(pid)
     with pytest.raises(LoadError, match="not running"):
         session.run(_spec(standin), tmp_path, "late")
+
+
+def test_the_client_runs_on_the_cores_its_spec_names(standin: ScriptedServer, tmp_path: Path) -> None:
+    """spec.client_cpus (the target's helper cores) places the load process; None leaves it where it was."""
+    import json
+
+    everywhere = sorted(os.sched_getaffinity(0))
+    with LoadSession(tmp_path / "session.log") as session:
+        session.run(_spec(standin, client_cpus=[everywhere[-1]]), tmp_path, "placed")
+    run_load(_spec(standin), tmp_path, name="free")
+    placed = json.loads((tmp_path / "placed.json").read_text(encoding="utf-8"))
+    free = json.loads((tmp_path / "free.json").read_text(encoding="utf-8"))
+    assert placed["client_cpus"] == [everywhere[-1]]
+    assert free["client_cpus"] == everywhere

@@ -76,3 +76,25 @@ def test_gpu_platform_uses_cuda_buffers_and_no_cpu_env() -> None:
     prefill, decode, _ = target.describe(cells["pd.flashinfer.p128-d128.auto.v1.baseline"])["servers"]
     assert json.loads(_flag(prefill["argv"], "--kv-transfer-config"))["kv_buffer_device"] == "cuda"
     assert not any(k.startswith("VLLM_CPU_") for k in decode["env"])
+
+
+def test_helper_cores_follow_the_setting_and_the_cell() -> None:
+    target, cells = _cells()
+    pd = cells["pd.cpu_attn.p128-d128.auto.v1.kernel32"]
+    agg = cells["agg.cpu_attn.b128.auto.v1.kernel32"]
+    assert target.helper_cpus(pd) == (0,)  # auto: prefill's core; decode keeps core 1 alone
+    assert target.helper_cpus(agg) is None  # auto leaves an aggregated cell as started
+    explicit, _ = _cells("target.local.helper_cpus=[1, 1]")
+    assert explicit.helper_cpus(agg) == explicit.helper_cpus(pd) == (1,)
+    off, _ = _cells("target.local.helper_cpus=null")
+    assert off.helper_cpus(pd) is None
+
+
+def test_helper_cores_the_machine_lacks_are_a_config_error() -> None:
+    import pytest
+
+    from canary.errors import ConfigError
+
+    target, cells = _cells("target.local.helper_cpus=[4096]")
+    with pytest.raises(ConfigError, match=r"target\.local\.helper_cpus.*4096"):
+        target.preflight([cells["pd.cpu_attn.p128-d128.auto.v1.kernel32"]], dry_run=True)
