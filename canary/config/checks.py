@@ -207,6 +207,10 @@ class CapacityConfig(Strict):
         return self
 
 
+MAX_PAIRS_PER_ROUND = 1000
+"""Window seeds of a round are 1000 apart (canary.checks.throughput.paired.SEED_OFFSET)."""
+
+
 class PairedConfig(Strict):
     """The paired build-vs-build verdict (docs/methodology/throughput.md, "Paired verdict"): off by default."""
 
@@ -246,6 +250,13 @@ class PairedConfig(Strict):
         description="A/B window pairs per round (2 x pairs windows, ABBA order). A window's noise dominates on a "
         "small machine: 32 pairs of 16 requests gave a +-6-7% interval on 2 cores.",
     )
+    max_pairs: PositiveInt | None = Field(
+        None,
+        description="A sequential check: while the verdict is inconclusive after `pairs`, measure `pairs` more on "
+        "the same deployments, up to max_pairs in all. Each look's interval is at 1 - (1 - confidence) / looks, "
+        "looks = ceil(max_pairs / pairs) (a Bonferroni split: the chance that any look's interval misses stays "
+        "within 1 - confidence). null: one look of `pairs`. One deployment round only (redeploy_rounds 1).",
+    )
     requests_per_window: PositiveInt = Field(
         16, description="Requests measured per window (closed loop at `concurrency`, or open loop at request_rate)."
     )
@@ -262,6 +273,23 @@ class PairedConfig(Strict):
         "over the window pairs. N > 1: rounds 2..N deploy both cells afresh, the interval is over the rounds' "
         "mean log ratios (deployment-level modes then count as noise).",
     )
+
+    @model_validator(mode="after")
+    def _sequential(self) -> PairedConfig:
+        if self.max_pairs is None:
+            return self
+        if self.max_pairs < self.pairs:
+            raise ValueError(f"max_pairs ({self.max_pairs}) is below pairs ({self.pairs})")
+        if self.max_pairs >= MAX_PAIRS_PER_ROUND:
+            raise ValueError(f"max_pairs ({self.max_pairs}) must stay below {MAX_PAIRS_PER_ROUND}")
+        if self.redeploy_rounds > 1:
+            raise ValueError("max_pairs (a sequential check) needs redeploy_rounds 1: its looks add pairs, not rounds")
+        return self
+
+    @property
+    def looks(self) -> int:
+        """How many times the verdict may be read: 1, or ceil(max_pairs / pairs)."""
+        return 1 if self.max_pairs is None else -(-self.max_pairs // self.pairs)
 
 
 class LoadParityConfig(Strict):

@@ -15,6 +15,10 @@ again for every round and the interval is taken over the rounds' mean log ratios
 the deployment effect is then part of the variance the interval sees. With one round the interval
 is over the pairs (df = pairs - 1) and covers the window noise only.
 
+A sequential check (`looks` > 1) reads the verdict after each batch of pairs and measures the next
+batch only while it is inconclusive; each look's interval is at 1 - (1 - confidence) / looks
+(Bonferroni), so a wrong pass or regress at any look stays within 1 - confidence overall.
+
 Outcomes against a margin m (a tolerated loss): `pass` when the interval's low end >= 1 - m (the
 candidate is no more than m slower, at the given confidence), `regress` when its high end < 1 - m
 (significantly more than m slower), else `inconclusive`. A faster candidate is never a regression.
@@ -29,6 +33,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from canary.core.stats import look_confidence
 
 Outcome = Literal["pass", "regress", "inconclusive"]
 
@@ -124,22 +130,33 @@ class PairedVerdict:
     high: float
     margin: float
     confidence: float
+    """The overall confidence; with looks > 1 each look's interval is at look_confidence."""
     outcome: Outcome
     pairs: int
     rounds: int
     degrees_of_freedom: int
+    looks: int = 1
+    """Planned looks of a sequential check (1: a single look)."""
     log_ratios: list[float] = field(default_factory=list)
     """Per pair, in order."""
     round_log_ratios: list[float] = field(default_factory=list)
     """Per round: the mean log ratio of its pairs (the units of the interval when rounds > 1)."""
 
+    @property
+    def look_confidence(self) -> float:
+        """The confidence of this interval: `confidence` split over the planned looks (Bonferroni)."""
+        return look_confidence(self.confidence, self.looks)
+
     def sentence(self) -> str:
         """The verdict in one line."""
         floor = 1.0 - self.margin
         over = f"{self.rounds} deployment rounds" if self.rounds > 1 else f"{self.pairs} window pairs"
+        level = f"{self.confidence:.0%}"
+        if self.looks > 1:
+            level += f" over up to {self.looks} looks, {self.look_confidence:.1%} each"
         return (
             f"paired candidate/baseline {self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] "
-            f"({self.confidence:.0%}, over {over}) vs floor {floor:.2f} (margin {self.margin:.0%}): {self.outcome}"
+            f"({level}, over {over}) vs floor {floor:.2f} (margin {self.margin:.0%}): {self.outcome}"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -154,6 +171,8 @@ class PairedVerdict:
             "pairs": self.pairs,
             "rounds": self.rounds,
             "degrees_of_freedom": self.degrees_of_freedom,
+            "looks": self.looks,
+            "look_confidence": self.look_confidence,
             "log_ratios": self.log_ratios,
             "round_log_ratios": self.round_log_ratios,
         }
@@ -204,8 +223,14 @@ def trimmed_interval(units: Sequence[float], confidence: float, trim: float) -> 
     return center, t_two_sided(confidence, df) * se, df
 
 
-def paired_verdict(windows: Sequence[Window], *, margin: float, confidence: float, trim: float = 0.0) -> PairedVerdict:
+def paired_verdict(
+    windows: Sequence[Window], *, margin: float, confidence: float, trim: float = 0.0, looks: int = 1
+) -> PairedVerdict:
     """The paired verdict of interleaved windows (see the module docstring); `trim`: trimmed_interval's.
+
+    `looks`: the planned looks of a sequential check (more pairs measured only while inconclusive); the
+    interval is then at look_confidence(confidence, looks), so that over every look the chance of a wrong
+    pass or regress stays within 1 - confidence.
 
     Raises ValueError when there are too few units for an interval: at least 2 pairs (after trimming)
     with one round, at least 2 rounds otherwise."""
@@ -219,7 +244,7 @@ def paired_verdict(windows: Sequence[Window], *, margin: float, confidence: floa
     units = per_round if len(rounds) > 1 else list(ratios.values())
     if len(units) < 2:
         raise ValueError(f"a paired interval needs at least 2 units, got {len(units)} ({len(ratios)} complete pairs)")
-    center, half, df = trimmed_interval(units, confidence, trim)
+    center, half, df = trimmed_interval(units, look_confidence(confidence, looks), trim)
     low, high = math.exp(center - half), math.exp(center + half)
     return PairedVerdict(
         ratio=math.exp(center),
@@ -231,15 +256,17 @@ def paired_verdict(windows: Sequence[Window], *, margin: float, confidence: floa
         pairs=len(ratios),
         rounds=len(rounds),
         degrees_of_freedom=df,
+        looks=looks,
         log_ratios=list(ratios.values()),
         round_log_ratios=per_round if len(rounds) > 1 else [],
     )
 
 
-def abba_order(pairs: int) -> list[tuple[int, Literal["baseline", "candidate"]]]:
-    """The window order of one round: (pair, arm), pair 0 baseline first, pair 1 candidate first, ..."""
+def abba_order(stop: int, start: int = 0) -> list[tuple[int, Literal["baseline", "candidate"]]]:
+    """The window order of pairs start..stop-1: (pair, arm), an even pair baseline first, an odd one candidate
+    first (a sequential check's later pairs go on in the same order)."""
     order: list[tuple[int, Literal["baseline", "candidate"]]] = []
-    for pair in range(pairs):
+    for pair in range(start, stop):
         first: Literal["baseline", "candidate"] = "baseline" if pair % 2 == 0 else "candidate"
         second: Literal["baseline", "candidate"] = "candidate" if first == "baseline" else "baseline"
         order += [(pair, first), (pair, second)]

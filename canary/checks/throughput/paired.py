@@ -87,6 +87,8 @@ def add_paired(ctx: CheckContext, base: WorkloadSpec, result: CheckResult, load:
         "trim": paired.trim,
         "metric": paired.metric,
         "pairs_per_round": paired.pairs,
+        "max_pairs": paired.max_pairs,
+        "looks_planned": paired.looks,
         "requests_per_window": paired.requests_per_window,
         "redeploy_rounds": paired.redeploy_rounds,
     }
@@ -98,6 +100,7 @@ def add_paired(ctx: CheckContext, base: WorkloadSpec, result: CheckResult, load:
         block["skipped"] = "no baseline counterpart cell, or a target that cannot deploy one"
         return
     windows, records, problems, failure = _measure(ctx, counterpart.id, base, load)
+    block["pairs_measured"] = len({(r["round"], r["pair"]) for r in records})
     block["windows"] = records
     block["problems"] = problems
     gate, verdict = _gate(ctx, windows, records, failure)
@@ -128,9 +131,8 @@ def _gate(
     floor = 1.0 - paired.margin
     if failure is not None:
         return Gate(name=name, passed=False, observed=None, threshold=floor, detail=f"paired: {failure}"), None
-    kept = [w for w in windows if not _dropped(records, w)]
     try:
-        verdict = paired_verdict(kept, margin=paired.margin, confidence=paired.confidence, trim=paired.trim)
+        verdict = _verdict(ctx, windows, records)
     except ValueError as exc:
         return Gate(name=name, passed=False, observed=None, threshold=floor, detail=f"paired: {exc}"), None
     decided = verdict.outcome != "inconclusive"
@@ -142,6 +144,23 @@ def _gate(
         detail=verdict.sentence(),
     )
     return gate, verdict
+
+
+def _verdict(ctx: CheckContext, windows: list[Window], records: list[dict[str, Any]]) -> PairedVerdict:
+    """The verdict of the kept windows at the check's planned looks (ValueError: too few pairs)."""
+    paired = ctx.config.checks.throughput.paired
+    kept = [w for w in windows if not _dropped(records, w)]
+    return paired_verdict(
+        kept, margin=paired.margin, confidence=paired.confidence, trim=paired.trim, looks=paired.looks
+    )
+
+
+def _decided(ctx: CheckContext, windows: list[Window], records: list[dict[str, Any]]) -> bool:
+    """Whether a look's verdict is pass or regress (a sequential check then stops measuring)."""
+    try:
+        return _verdict(ctx, windows, records).outcome != "inconclusive"
+    except ValueError:
+        return False
 
 
 def _dropped(records: list[dict[str, Any]], window: Window) -> bool:
@@ -204,7 +223,11 @@ def _rounds(
                     return windows, records, problems, f"the {arm} ({cell_id}) did not start: {deployment.failure}"
             pgids = [s.pid for d in arms.values() for s in d.servers.values() if s.pid is not None]
             try:
-                _round(ctx, rnd, arms, base, pgids, where, load, windows, records, problems)
+                for look in range(1, paired.looks + 1):  # one look unless sequential (max_pairs)
+                    pairs = range(paired.pairs * (look - 1), min(paired.pairs * look, paired.max_pairs or paired.pairs))
+                    _round(ctx, rnd, arms, base, pgids, where, load, windows, records, problems, pairs)
+                    if look < paired.looks and _decided(ctx, windows, records):
+                        break
             except LoadError as exc:
                 return windows, records, problems, f"a window's load run failed: {str(exc).splitlines()[0]}"
     return windows, records, problems, None
@@ -221,14 +244,16 @@ def _round(
     windows: list[Window],
     records: list[dict[str, Any]],
     problems: list[str],
+    pairs: range,
 ) -> None:
+    """Measure `pairs` of round `rnd` (warming each fresh deployment first, before its first pair)."""
     cfg = ctx.config.checks.throughput
     paired = cfg.paired
     seed0 = cfg.seed + SEED_OFFSET + 1000 * rnd
     for arm, deployment in arms.items():  # a freshly started server's first requests are slow: warm it
-        if deployment is not ctx.deployment:
+        if deployment is not ctx.deployment and pairs.start == 0:
             load(window_spec(ctx, deployment, base, seed0 + 999, max(4, paired.warmup_requests)), where, f"warm-{arm}")
-    for pair, arm in abba_order(paired.pairs):
+    for pair, arm in abba_order(pairs.stop, pairs.start):
         spec = window_spec(ctx, arms[arm], base, seed0 + pair, paired.requests_per_window)
         before = hostload.sample(pgids)
         run = load(spec, where, f"pair-{pair}-{arm}")
@@ -259,7 +284,8 @@ def _round(
                 if r["round"] == rnd and r["pair"] == pair:
                     r["dropped"] = True
     for r in records:  # a pair dropped by its second window drops its first too
-        if r["round"] == rnd and any(o["dropped"] for o in records if o["round"] == rnd and o["pair"] == r["pair"]):
+        mine = r["round"] == rnd and r["pair"] in pairs
+        if mine and any(o["dropped"] for o in records if o["round"] == rnd and o["pair"] == r["pair"]):
             r["dropped"] = True
 
 

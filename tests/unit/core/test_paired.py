@@ -151,3 +151,39 @@ def test_trimming_absorbs_a_pair_that_straddles_a_change_of_speed() -> None:
     assert trimmed.outcome == "pass" and trimmed.degrees_of_freedom == 3
     slower = _windows([[0.7 * math.exp(v) for v in logs]])  # the same run 30% slower is still seen
     assert paired_verdict(slower, margin=MARGIN, confidence=0.95, trim=0.2).outcome == "regress"
+
+
+def test_a_planned_look_splits_the_confidence() -> None:
+    windows = _windows([[0.93, 1.01, 0.97, 0.9, 1.04, 0.95]])
+    split = paired_verdict(windows, margin=MARGIN, confidence=0.95, looks=2)
+    alone = paired_verdict(windows, margin=MARGIN, confidence=0.975)
+    assert (split.low, split.high) == pytest.approx((alone.low, alone.high))
+    assert split.looks == 2 and split.confidence == 0.95 and split.look_confidence == pytest.approx(0.975)
+    assert split.to_json()["look_confidence"] == pytest.approx(0.975)
+    assert "over up to 2 looks, 97.5% each" in split.sentence()
+
+
+def _sequential(rng: random.Random, ratio: float, pairs: int, looks: int, per_look: float) -> str:
+    """A sequential run at the true `ratio`: a look after each `pairs`, the next only while inconclusive."""
+    windows: list[Window] = []
+    outcome = "inconclusive"
+    for look in range(looks):
+        for pair in range(look * pairs, (look + 1) * pairs):
+            windows.append(Window(0, pair, "baseline", 10.0))
+            windows.append(Window(0, pair, "candidate", 10.0 * ratio * math.exp(rng.gauss(0, 0.2))))
+        outcome = paired_verdict(windows, margin=MARGIN, confidence=per_look, trim=0.2).outcome
+        if outcome != "inconclusive":
+            break
+    return outcome
+
+
+def test_looking_again_while_inconclusive_keeps_false_passes_within_the_confidence() -> None:
+    # A candidate exactly at the floor (0.85): a pass is wrong. Reading a 95% interval after every 16 pairs
+    # and going on while inconclusive passes it more often than 2.5% (one side of 95%); the Bonferroni
+    # split over the planned looks does not.
+    floor = 1.0 - MARGIN
+    rng = random.Random(7)
+    naive = [_sequential(rng, floor, 16, 4, 0.95) for _ in range(600)]
+    split = [_sequential(rng, floor, 16, 4, 1 - 0.05 / 4) for _ in range(600)]
+    assert naive.count("pass") / 600 > 0.045  # 0.063 with this seed
+    assert split.count("pass") / 600 <= 0.03  # 0.023

@@ -5,6 +5,7 @@ scripted 2.3x slower regresses; every deployment the check made is stopped, also
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -197,3 +198,57 @@ def test_only_the_chosen_cells_are_paired(tmp_path: Path) -> None:
     assert paired.applies(_ctx(tmp_path, target))  # empty list: every candidate cell with a counterpart
     assert paired.applies(_ctx(tmp_path, target, "checks.throughput.paired.cells=[pd.cpu_attn.p128]"))
     assert not paired.applies(_ctx(tmp_path, target, "checks.throughput.paired.cells=[agg.]"))
+
+
+def _noisy(noise: float, seen: list[str]) -> paired.LoadFn:
+    """Scripted windows: the candidate at 0.9 of the baseline, each pair's ratio `noise` above or below it in turn."""
+
+    def scripted(spec: WorkloadSpec, work_dir: Path, name: str) -> LoadResult:
+        seen.append(name)
+        value = 10.0
+        if spec.base_url.endswith("/own") and name.startswith("pair-"):
+            pair = int(name.split("-")[1])
+            value = 9.0 * math.exp(noise if pair % 4 in (0, 3) else -noise)
+        metrics = {"requests_per_s": value, "requests_total": 12.0, "requests_failed": 0.0}
+        return LoadResult(spec, [], None, "done", 0, 0, 1, metrics=metrics)  # type: ignore[arg-type]
+
+    return scripted
+
+
+@pytest.mark.parametrize(
+    ("noise", "measured", "outcome"),
+    [
+        (0.0, 4, "pass"),  # the first look decides: no more pairs
+        (0.12, 8, "pass"),  # the first look is inconclusive, the second decides
+        (1.0, 12, "inconclusive"),  # never decided: stops at max_pairs
+    ],
+)
+def test_a_sequential_check_adds_pairs_only_while_inconclusive(
+    tmp_path: Path, noise: float, measured: int, outcome: str
+) -> None:
+    target = RecordingTarget()
+    ctx = _ctx(tmp_path, target, "checks.throughput.paired.max_pairs=12", "checks.throughput.paired.trim=0")
+    seen: list[str] = []
+    result = CheckResult(name="throughput", verdict="pass", summary="x")
+    paired.add_paired(ctx, build_spec(ctx.config.checks.throughput, ctx.deployment), result, load=_noisy(noise, seen))
+    block = result.evidence["paired"]
+    assert block["looks_planned"] == 3 and block["pairs_measured"] == measured
+    assert seen.count("warm-baseline") == 1  # one baseline deployment, warmed once, for every look
+    assert seen[-2:] in ([f"pair-{measured - 1}-baseline", f"pair-{measured - 1}-candidate"],
+                         [f"pair-{measured - 1}-candidate", f"pair-{measured - 1}-baseline"])  # fmt: skip
+    verdict = block["verdict"]
+    assert verdict["outcome"] == outcome and verdict["pairs"] == measured
+    assert verdict["look_confidence"] == pytest.approx(1 - 0.05 / 3)
+    assert "over up to 3 looks, 98.3% each" in result.summary
+    assert target.events == ["up baseline", "down baseline"]
+
+
+def test_sequential_settings_that_cannot_work_are_refused() -> None:
+    from canary.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="max_pairs"):
+        _config("checks.throughput.paired.max_pairs=2")  # below pairs (4)
+    with pytest.raises(ConfigError, match="redeploy_rounds 1"):
+        _config("checks.throughput.paired.max_pairs=8", "checks.throughput.paired.redeploy_rounds=2")
+    assert _config("checks.throughput.paired.max_pairs=10").checks.throughput.paired.looks == 3
+    assert _config().checks.throughput.paired.looks == 1
