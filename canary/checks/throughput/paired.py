@@ -15,6 +15,10 @@ inconclusive against `margin`.
 deployment stays up, idle, meanwhile) and takes the interval over the rounds, so a deployment's
 mode is noise the interval sees rather than a bias it cannot.
 
+`max_pairs` makes it sequential: after each `pairs` the verdict is read at its share of the confidence
+(canary.core.paired, `looks`), and the next `pairs` are measured on the same deployments only while it
+is inconclusive; evidence.paired.pairs_measured says how far it went.
+
 A pair is dropped (recorded in evidence.paired.problems) when either window's client was not a
 reliable clock, the machine was busy with other processes, or the baseline's window had failed
 requests; failed requests of the candidate's windows beyond `max_error_rate` fail the check.
