@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from canary.core.paired import Window, paired_verdict  # noqa: E402
+from canary.core.paired import Window, paired_verdict
 
 POLICIES: list[tuple[int, int, float]] = [
     (16, 16, 0.25),
