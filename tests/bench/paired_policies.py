@@ -33,7 +33,7 @@ POLICIES: list[tuple[int, int, float]] = [
     (32, 64, 0.15),
     (16, 32, 0.20),
 ]
-"""(pairs, max_pairs, margin): cpu-default before this table was 16 at 25%; it now runs 24 then 48 at 15%."""
+"""(pairs, max_pairs, margin): cpu-default ran 16 at 25% before this table, and now 16 then 32 at 20%."""
 
 
 def _pair_log_ratio(rng: random.Random, mean: float, sd: float) -> float:
