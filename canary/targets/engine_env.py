@@ -168,26 +168,27 @@ def router_env(config: CanaryConfig, *, bin_dir: Path | None, cache_dir: Path = 
     return env
 
 
+def _core_ranges(cores: int, engines: int) -> list[range] | None:
+    """Disjoint core ranges, one per engine (None: fewer than 2 engines or more engines than cores)."""
+    if engines <= 1 or cores < engines:
+        return None
+    per = cores // engines
+    return [range(index * per, index * per + per) for index in range(engines)]
+
+
 def cpu_binds(cores: int, engines: int) -> list[str | None]:
     """VLLM_CPU_OMP_THREADS_BIND per engine: disjoint core ranges (P=0, D=1 on 2 cores).
 
     One engine keeps vLLM's `auto`; more engines than cores share nothing sensible, so they get
     `auto` too (vLLM then binds them itself)."""
-    if engines <= 1 or cores < engines:
+    ranges = _core_ranges(cores, engines)
+    if ranges is None:
         return [None] * engines
-    per = cores // engines
-    binds: list[str | None] = []
-    for index in range(engines):
-        first, last = index * per, index * per + per - 1
-        binds.append(str(first) if first == last else f"{first}-{last}")
-    return binds
+    return [str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in ranges]
 
 
 def pd_helper_cores(cores: int) -> tuple[int, ...] | None:
     """The cores a P/D pair's helper processes share (canary.targets.affinity): prefill's, so decode's
     compute keeps its cores alone. None where cpu_binds binds nothing (fewer than 2 cores)."""
-    prefill = cpu_binds(cores, 2)[0]
-    if prefill is None:
-        return None
-    first, _, last = prefill.partition("-")
-    return tuple(range(int(first), int(last or first) + 1))
+    ranges = _core_ranges(cores, 2)
+    return None if ranges is None else tuple(ranges[0])
