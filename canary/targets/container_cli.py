@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -24,6 +25,7 @@ from typing import Any, Literal
 
 from canary.errors import CanaryError
 from canary.paths import REPO_ROOT
+from canary.targets.cli_deadline import CliHung, run_with_deadline
 from canary.targets.engine_env import SYSTEM_PATH
 
 MANAGED_LABEL = "dev.vllm-canary.managed"
@@ -94,6 +96,18 @@ class ContainerError(CanaryError):
     exit_code = 2
 
 
+class ContainerCliHung(ContainerError):
+    """A CLI command missed its deadline; `hung` holds what it printed and its stacks."""
+
+    def __init__(self, message: str, hung: CliHung) -> None:
+        super().__init__(message)
+        self.hung = hung
+
+
+def _warn(message: str) -> None:
+    print(f"canary: warning: {message}", file=sys.stderr, flush=True)
+
+
 def owner_id(pid: int | None = None) -> str:
     """This controller's owner label value."""
     return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
@@ -112,19 +126,12 @@ class ContainerCli:
         return [self.program, *args]
 
     def call(self, *args: str, timeout_s: float = QUERY_TIMEOUT_S, what: str = "") -> subprocess.CompletedProcess[str]:
-        """Run one CLI command to completion; an unreachable engine or a timeout is a ContainerError."""
+        """Run one CLI command to completion; an unreachable engine or a timeout is a ContainerError (a
+        timeout: ContainerCliHung, with where the CLI was when it missed it)."""
         try:
-            return subprocess.run(
-                self.argv(*args),
-                env=dict(self.env),
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired:
-            raise ContainerError(f"{self.program} {what or args[0]}: no answer within {timeout_s:.0f} s") from None
+            return run_with_deadline(self.argv(*args), env=self.env, timeout_s=timeout_s)
+        except CliHung as hung:
+            raise ContainerCliHung(f"{self.program} {what or args[0]}: {hung.detail()}", hung) from None
         except OSError as exc:
             raise ContainerError(f"cannot run {self.program}: {exc.strerror or exc}") from None
 
@@ -195,11 +202,28 @@ class ContainerCli:
         return [_container_record(r) for r in _json_records(text)]
 
     def remove(self, names: Sequence[str], *, stop_timeout_s: float) -> None:
-        """Stop (SIGTERM, then SIGKILL after stop_timeout_s) and remove containers; missing ones are fine."""
+        """Stop (SIGTERM, then SIGKILL after stop_timeout_s) and remove containers; missing ones are fine.
+
+        A CLI that does the work and then does not exit (podman 4.3 was seen to) is not a failure when
+        the containers are gone: `rm -f` stops what a hung `stop` did not, and after a hung `rm -f`
+        what counts is whether any of them is still listed."""
         if not names:
             return
-        self.call("stop", "-t", str(int(stop_timeout_s)), *names, timeout_s=stop_timeout_s + QUERY_TIMEOUT_S)
-        self.call("rm", "-f", *names, timeout_s=QUERY_TIMEOUT_S)
+        try:
+            self.call("stop", "-t", str(int(stop_timeout_s)), *names, timeout_s=stop_timeout_s + QUERY_TIMEOUT_S)
+        except ContainerCliHung as hung:
+            _warn(f"{hung} (rm -f follows)")
+        try:
+            self.call("rm", "-f", *names, timeout_s=QUERY_TIMEOUT_S)
+        except ContainerCliHung as hung:
+            left = sorted(set(names) & set(self.names()))
+            if left:
+                raise ContainerError(f"{hung}\nstill there: {', '.join(left)}") from None
+            _warn(f"{hung} (every container named is gone)")
+
+    def names(self) -> list[str]:
+        """The names of every container the CLI lists (running or not)."""
+        return self.check("ps", "-a", "--format", "{{.Names}}", what="ps").split()
 
     def main_pid(self, name: str) -> int | None:
         """The host pid of a running container's first process (its session leader), None if not running."""
