@@ -43,6 +43,7 @@ from canary.plan.kube_names import (
     LABEL_RUN,
     MANAGED_VALUE,
 )
+from canary.targets.cli_deadline import run_with_deadline
 from canary.targets.kubernetes.values import render_values
 
 HELM_TIMEOUT_S = 120.0
@@ -236,10 +237,8 @@ class WaveDeployer:
                 args += ["-f", extra]
             args += ["-f", str(values_file)]
             env = {**os.environ, **{name: str(Path(scratch) / name.lower()) for name in _HELM_HOMES}}
-            try:
-                done = subprocess.run(
-                    args, capture_output=True, text=True, timeout=HELM_TIMEOUT_S, check=False, env=env
-                )
+            try:  # a helm past its deadline is asked for its Go stacks first (cli_deadline)
+                done = run_with_deadline(args, env=env, timeout_s=HELM_TIMEOUT_S)
             except (OSError, subprocess.TimeoutExpired) as exc:
                 raise WaveError(f"helm template {chart} failed: {exc}") from None
         if done.returncode != 0:
