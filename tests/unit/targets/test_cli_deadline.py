@@ -6,6 +6,7 @@ tests/images/test_podman_hang.py does the same with the real podman."""
 from __future__ import annotations
 
 import stat
+import sys
 import time
 from pathlib import Path
 
@@ -36,18 +37,31 @@ runtime.gopark(0x0?)
 """
 
 
-def _script(tmp_path: Path, name: str, body: str) -> Path:
+def _script(tmp_path: Path, name: str, body: str, interpreter: str = "/bin/bash") -> Path:
     path = tmp_path / name
-    path.write_text("#!/bin/bash\n" + body, encoding="utf-8")
+    path.write_text(f"#!{interpreter}\n" + body, encoding="utf-8")
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return path
 
 
 def _hangs_after_printing(tmp_path: Path, printed: str, *, answers_quit: bool = True) -> Path:
-    """Prints `printed`, then sleeps; on SIGQUIT prints TRACEBACK to stderr and exits 2 (as Go does)."""
+    """Prints `printed`, then sleeps; on SIGQUIT prints TRACEBACK to stderr and exits 2, as Go does.
+
+    Python, not a shell: a shell started with SIGQUIT ignored (a background job of a shell without job
+    control is) cannot trap it, while Go, like Python here, installs its SIGQUIT handler regardless."""
     (tmp_path / "traceback.txt").write_text(TRACEBACK, encoding="utf-8")
-    on_quit = f"trap 'cat {tmp_path}/traceback.txt >&2; exit 2' QUIT" if answers_quit else "trap '' QUIT"
-    return _script(tmp_path, "hangs", f'{on_quit}\necho "{printed}"\nwhile true; do sleep 0.1; done\n')
+    on_quit = "dump" if answers_quit else "signal.SIG_IGN"
+    body = f"""import signal, sys, time
+def dump(signum, frame):
+    sys.stderr.write(open({str(tmp_path / "traceback.txt")!r}).read())
+    sys.stderr.flush()
+    sys.exit(2)
+signal.signal(signal.SIGQUIT, {on_quit})
+print({printed!r}, flush=True)
+while True:
+    time.sleep(0.1)
+"""
+    return _script(tmp_path, "hangs", body, interpreter=sys.executable)
 
 
 def test_a_command_that_finishes_is_returned_as_it_ran(tmp_path: Path) -> None:
@@ -106,15 +120,26 @@ def test_a_helper_holding_the_output_open_does_not_stall_the_deadline(
 def _cli(tmp_path: Path, listed: str) -> ContainerCli:
     """A podman stand-in whose `rm` removes (prints the names) and hangs; `ps` lists `listed`."""
     (tmp_path / "traceback.txt").write_text(TRACEBACK, encoding="utf-8")
-    body = f"""trap 'cat {tmp_path}/traceback.txt >&2; exit 2' QUIT
-case "$1" in
-  stop) echo "$@"; exit 0 ;;
-  rm) shift 2; printf '%s\\n' "$@"; while true; do sleep 0.1; done ;;
-  ps) printf '%s' "{listed}"; exit 0 ;;
-esac
-exit 9
+    body = f"""import signal, sys, time
+def dump(signum, frame):
+    sys.stderr.write(open({str(tmp_path / "traceback.txt")!r}).read())
+    sys.exit(2)
+signal.signal(signal.SIGQUIT, dump)
+verb = sys.argv[1]
+if verb == "stop":
+    sys.exit(0)
+if verb == "ps":
+    sys.stdout.write({listed!r})
+    sys.exit(0)
+if verb == "rm":
+    print("\\n".join(sys.argv[3:]), flush=True)
+    while True:
+        time.sleep(0.1)
+sys.exit(9)
 """
-    return ContainerCli("podman", str(_script(tmp_path, "podman", body)), {"PATH": "/usr/bin:/bin"})
+    return ContainerCli(
+        "podman", str(_script(tmp_path, "podman", body, interpreter=sys.executable)), {"PATH": "/usr/bin:/bin"}
+    )
 
 
 def test_a_removal_that_hangs_but_removed_everything_passes_with_a_warning(
