@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
+
+def warn_stderr(message: str) -> None:
+    """A warning line on stderr, `canary: warning: ...` (stdout stays a command's own output, such as JSON)."""
+    print(f"canary: warning: {message}", file=sys.stderr, flush=True)
+
 
 class CanaryError(Exception):
     """A user-facing error. The CLI prints it on one line and exits with `exit_code`."""

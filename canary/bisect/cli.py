@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from typing import Any
 
 from rich.console import Console
@@ -24,6 +23,7 @@ from canary.bisect.run import (
     run_bisection,
     series_range,
 )
+from canary.errors import warn_stderr
 
 EXIT_FOUND, EXIT_NO_CULPRIT, EXIT_INTERRUPTED = 0, 3, 130
 
@@ -66,7 +66,7 @@ def cmd_bisect(args: argparse.Namespace, console: Console) -> int:
             raise UsageError(f"--{flag.replace('_', '-')} {value}: must be at least {0 if flag == 'retries' else 1}")
     if args.max_minutes is not None and not args.max_minutes > 0:
         raise UsageError(f"--max-minutes {args.max_minutes}: must be positive")
-    data = load_input(Path(args.results_dir), args.cell, lambda m: print(f"canary: warning: {m}", file=sys.stderr))
+    data = load_input(Path(args.results_dir), args.cell, warn_stderr)
     spec = images_range(args.images) if args.images else series_range(data, args.series)
     check_supported(data, spec)
     overrides = {"max_runs": args.max_runs, "retries": args.retries, "confirm": args.confirm}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from rich.console import Console
 
 from canary.config import CanaryConfig
 from canary.core.atomic import write_atomic
+from canary.errors import warn_stderr
 from canary.export.report import point_latest, write_all
 from canary.export.report.trends import Trends, load_trends
 from canary.judge.results import RunResult
@@ -20,11 +20,6 @@ from canary.run.preflight import RESULTS_DIR_KEY, check_results_dir
 from canary.run.runner import execute, new_run_id, preflight
 from canary.run.wave_run import execute_waves
 from canary.targets import create_target
-
-
-def warn_stderr(message: str) -> None:
-    """A warning line on stderr (stdout stays the dry run's JSON)."""
-    print(f"canary: warning: {message}", file=sys.stderr, flush=True)
 
 
 def dry_run(

@@ -16,14 +16,13 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from canary.errors import CanaryError
+from canary.errors import CanaryError, warn_stderr
 from canary.paths import REPO_ROOT
 from canary.targets.cli_deadline import CliHung, run_with_deadline
 from canary.targets.engine_env import SYSTEM_PATH
@@ -102,10 +101,6 @@ class ContainerCliHung(ContainerError):
     def __init__(self, message: str, hung: CliHung) -> None:
         super().__init__(message)
         self.hung = hung
-
-
-def _warn(message: str) -> None:
-    print(f"canary: warning: {message}", file=sys.stderr, flush=True)
 
 
 def owner_id(pid: int | None = None) -> str:
@@ -212,14 +207,14 @@ class ContainerCli:
         try:
             self.call("stop", "-t", str(int(stop_timeout_s)), *names, timeout_s=stop_timeout_s + QUERY_TIMEOUT_S)
         except ContainerCliHung as hung:
-            _warn(f"{hung} (rm -f follows)")
+            warn_stderr(f"{hung} (rm -f follows)")
         try:
             self.call("rm", "-f", *names, timeout_s=QUERY_TIMEOUT_S)
         except ContainerCliHung as hung:
             left = sorted(set(names) & set(self.names()))
             if left:
                 raise ContainerError(f"{hung}\nstill there: {', '.join(left)}") from None
-            _warn(f"{hung} (every container named is gone)")
+            warn_stderr(f"{hung} (every container named is gone)")
 
     def names(self) -> list[str]:
         """The names of every container the CLI lists (running or not)."""

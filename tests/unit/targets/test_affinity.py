@@ -16,7 +16,10 @@ from canary.targets import affinity
 from canary.targets.engine_env import pd_helper_cores
 
 EVERYWHERE = sorted(os.sched_getaffinity(0))
-needs_two = pytest.mark.skipif(len(EVERYWHERE) < 2, reason="placing helpers needs at least 2 cores")
+needs_two = pytest.mark.skipif(
+    len(EVERYWHERE) < 2,
+    reason="on 1 core no helper core can be kept apart from the engines (check_cpus refuses that by design)",
+)
 
 # A root process like a vLLM API server: an unbound thread, a thread bound to the last core (vLLM's
 # OpenMP binding), a child titled like vLLM's engine core and a plain child. It prints its threads' ids.
