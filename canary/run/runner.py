@@ -23,6 +23,7 @@ from canary.judge.request_tests import apply_family_control, provisional
 from canary.judge.results import CellResult, CheckResult, RunResult, utc_now
 from canary.plan.cell import Cell
 from canary.plan.matrix import Plan
+from canary.run.held import HeldDeployments
 from canary.targets import create_target
 from canary.targets.base import Deployment, Preflight, Target
 
@@ -92,9 +93,15 @@ def check_line(result: CheckResult, deploy_s: float | None = None) -> str:
 
 
 def run_cell(
-    cell: Cell, config: CanaryConfig, target: Target, run_dir: Path, earlier: dict[str, CellResult], progress: Progress
+    cell: Cell,
+    config: CanaryConfig,
+    target: Target,
+    run_dir: Path,
+    earlier: dict[str, CellResult],
+    progress: Progress,
+    held: HeldDeployments | None = None,
 ) -> CellResult:
-    """Deploy one cell, check it, tear it down."""
+    """Deploy one cell, check it, tear it down (or, with `held`, keep it frozen for a later paired check)."""
     if cell.status != "planned":
         verdict = "skipped" if cell.status == "skipped" else "unsupported"
         return CellResult(cell=cell, verdict=verdict, reason=cell.reason or "")
@@ -107,7 +114,8 @@ def run_cell(
     try:
         progress(f"{cell.id}: deploying ({cell.topology}, {cell.backend}, {cell.block_label}, {cell.runner})")
         deploying = time.monotonic()
-        with target.deploy(cell, log_dir) as deployment:
+        deploying_cell = held.deploy_cell(cell, log_dir) if held is not None else target.deploy(cell, log_dir)
+        with deploying_cell as deployment:
             deploy_s = time.monotonic() - deploying
             logs = _log_paths(deployment, run_dir)
             ctx = CheckContext(
@@ -116,7 +124,7 @@ def run_cell(
                 config=config,
                 cell_dir=cell_dir,
                 earlier=earlier,
-                deploy=target.deploy,
+                deploy=held.deploy if held is not None else target.deploy,
             )
             checks = run_checks(ctx, progress, deploy_s)
     except KeyboardInterrupt:
@@ -175,11 +183,14 @@ def run_next_cell(
     progress: Progress,
     where: str,
     record: Callable[[CellResult], None] | None = None,
+    held: HeldDeployments | None = None,
 ) -> CellResult:
     """Run one cell of a run in order (`run_cell`), add its result to the run and to the results the
     following cells compare with (earlier), hand it to `record` (kept before anything else can fail),
     and report its verdict prefixed with where it ran."""
-    result = run_cell(cell, config, target, run_dir, earlier, progress)
+    result = run_cell(cell, config, target, run_dir, earlier, progress, held)
+    if held is not None:
+        held.finished(cell.id)
     earlier[cell.id] = result
     run.cells.append(result)
     if record is not None:
@@ -233,9 +244,11 @@ def execute(
     earlier: dict[str, CellResult] = {}
     total = len(plan.cells)
     try:
-        for index, cell in enumerate(plan.cells, start=1):
-            progress(f"cell {index}/{total}: {cell.id} [{cell.status}]")
-            run_next_cell(cell, config, target, run_dir, run, earlier, progress, f"cell {index}/{total}")
+        with HeldDeployments(target, config, plan.cells, progress) as held:
+            for index, cell in enumerate(plan.cells, start=1):
+                progress(f"cell {index}/{total}: {cell.id} [{cell.status}]")
+                where = f"cell {index}/{total}"
+                run_next_cell(cell, config, target, run_dir, run, earlier, progress, where, held=held)
     except KeyboardInterrupt:
         for cell in plan.cells[len(run.cells) :]:
             run.cells.append(CellResult(cell=cell, verdict="error", reason="interrupted (Ctrl-C)"))

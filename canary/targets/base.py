@@ -130,3 +130,19 @@ class Preflight(Protocol):
     def preflight(self, cells: Iterable[Cell], *, dry_run: bool = False) -> list[str]:
         """Raise a CanaryError when a planned cell cannot start here; return warnings (a dry run's only)."""
         ...
+
+
+@runtime_checkable
+class Freezes(Protocol):
+    """A target that can freeze a started deployment and thaw it later (the local target: SIGSTOP and
+    SIGCONT to its process groups). The runner keeps a baseline cell's deployment frozen until the
+    candidate's paired check needs it (canary.run.held), instead of deploying it again."""
+
+    def freeze(self, deployment: Deployment) -> bool:
+        """Freeze a started deployment's servers (they keep memory and ports, take no CPU); False when
+        this target cannot freeze it (it then runs on as it was)."""
+        ...
+
+    def thaw(self, deployment: Deployment) -> None:
+        """Continue a frozen deployment's servers."""
+        ...

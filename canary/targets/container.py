@@ -426,6 +426,15 @@ class ContainerTarget(LocalTarget):
             finally:
                 processes.remove_cleanup(cleanup)
 
+    def freeze(self, deployment: Deployment) -> bool:
+        """Not here: a container's processes are not the CLI processes the local target would stop, and
+        `podman pause` has not been tried on this target. The runner then stops a baseline deployment
+        after its cell and deploys it again for a paired check (canary.run.held)."""
+        return False
+
+    def thaw(self, deployment: Deployment) -> None:
+        """Nothing was frozen (`freeze` says False)."""
+
     @staticmethod
     def _engine_roles(cell: Cell) -> list[str]:
         return ["aggregated"] if cell.topology == "aggregated" else ["prefill", "decode"]

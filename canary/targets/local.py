@@ -475,6 +475,24 @@ class LocalTarget:
         finally:
             self._stop(deployment, started)
 
+    def freeze(self, deployment: Deployment) -> bool:
+        """canary.targets.base.Freezes: SIGSTOP every server of a started deployment (its process group
+        and the descendants that left it); False when none of its servers is ours and alive."""
+        procs = self._processes_of(deployment)
+        if not deployment.started or not procs:
+            return False
+        processes.pause(procs)
+        return True
+
+    def thaw(self, deployment: Deployment) -> None:
+        """canary.targets.base.Freezes: SIGCONT what `freeze` stopped."""
+        processes.resume(self._processes_of(deployment))
+
+    @staticmethod
+    def _processes_of(deployment: Deployment) -> list[processes.ManagedProcess]:
+        pids = {s.pid for s in deployment.servers.values() if s.pid is not None}
+        return [p for p in processes.live_processes() if p.pid in pids and p.alive()]
+
     def helper_cpus(self, cell: Cell) -> tuple[int, ...] | None:
         """The cores of the cell's helper processes (target.local.helper_cpus; None: left as started)."""
         setting = self.settings.helper_cpus

@@ -334,17 +334,38 @@ def _remaining(proc: ManagedProcess) -> list[int]:
     return sorted(pids)
 
 
+def _signal_all(proc: ManagedProcess, signum: int) -> None:
+    """Signal the group, then every recorded descendant that left it, one by one."""
+    _signal_group(proc, signum)
+    for pid in _remaining(proc):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+def pause(processes: Iterable[ManagedProcess]) -> None:
+    """Freeze servers (SIGSTOP to each group and its recorded descendants): a frozen server holds its
+    memory and ports and takes no CPU. `resume` continues them; `stop` continues them too."""
+    for proc in processes:
+        proc.remember_descendants()
+        _signal_all(proc, signal.SIGSTOP)
+
+
+def resume(processes: Iterable[ManagedProcess]) -> None:
+    """Continue servers that `pause` froze (SIGCONT; harmless to one that runs)."""
+    for proc in processes:
+        _signal_all(proc, signal.SIGCONT)
+
+
 def stop(processes: Iterable[ManagedProcess], grace_s: float = TERM_GRACE_S) -> None:
-    """Stop process groups: SIGTERM all, wait up to grace_s, SIGKILL what is left, reap the leaders."""
+    """Stop process groups: SIGTERM all (and SIGCONT, so a paused one acts on it), wait up to grace_s,
+    SIGKILL what is left, reap the leaders."""
     procs = list(processes)
     if not procs:
         return
     for proc in procs:
         proc.remember_descendants()
-        _signal_group(proc, signal.SIGTERM)
-        for pid in _remaining(proc):  # descendants that left the group get it one by one
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGTERM)
+        _signal_all(proc, signal.SIGTERM)
+        _signal_all(proc, signal.SIGCONT)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(_remaining(p) for p in procs):
         for proc in procs:
@@ -352,10 +373,7 @@ def stop(processes: Iterable[ManagedProcess], grace_s: float = TERM_GRACE_S) -> 
         time.sleep(0.1)
     for proc in procs:
         if _remaining(proc):
-            _signal_group(proc, signal.SIGKILL)
-            for pid in _remaining(proc):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+            _signal_all(proc, signal.SIGKILL)
     deadline = time.monotonic() + KILL_WAIT_S
     for proc in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -33,7 +33,8 @@ POLICIES: list[tuple[int, int, float]] = [
     (32, 64, 0.15),
     (16, 32, 0.20),
 ]
-"""(pairs, max_pairs, margin): cpu-default ran 16 at 25% before this table, and now 16 then 32 at 20%."""
+"""(pairs, max_pairs, margin): cpu-default ran 16 at 25% before this table, then 16 then 32 at 20%, and since
+2026-12-04 24 then 48 at 15% (its baseline pair kept frozen from its own cell, canary/run/held.py)."""
 
 
 def _pair_log_ratio(rng: random.Random, mean: float, sd: float) -> float:

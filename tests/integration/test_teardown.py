@@ -79,6 +79,39 @@ def test_descendant_that_left_the_group_is_killed_too(tmp_path: Path) -> None:
     assert not pid_alive(escapee)
 
 
+def _cpu_ticks_and_states(pids: list[int]) -> tuple[int, set[str]]:
+    ticks, states = 0, set()
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        states.add(fields[0])
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks, states
+
+
+def test_a_paused_group_takes_no_cpu_resumes_and_still_stops_at_once(tmp_path: Path) -> None:
+    """pause (SIGSTOP) freezes the group and the child that left it; resume continues both; stop of a
+    paused group does not wait out its grace: stop sends SIGCONT, so the SIGTERM is acted on."""
+    script = "setsid bash -c 'while :; do :; done' & while :; do :; done"
+    proc = processes.start("spinner", ["bash", "-c", script], SHELL_ENV, tmp_path / "s.log")
+    wait_for(lambda: len(descendants(proc.pid)) == 1, 10, "the spinning child")
+    pids = [proc.pid, *descendants(proc.pid)]
+    processes.pause([proc])
+    wait_for(lambda: _cpu_ticks_and_states(pids)[1] == {"T"}, 5, "both spinners stopped")
+    frozen, _ = _cpu_ticks_and_states(pids)
+    time.sleep(0.5)
+    assert _cpu_ticks_and_states(pids)[0] == frozen, "a paused spinner used CPU"
+    processes.resume([proc])
+    wait_for(lambda: _cpu_ticks_and_states(pids)[0] > frozen + 5, 10, "the spinners to run again")
+    assert "T" not in _cpu_ticks_and_states(pids)[1]
+    processes.pause([proc])
+    wait_for(lambda: _cpu_ticks_and_states(pids)[1] == {"T"}, 5, "both spinners stopped again")
+    started = time.monotonic()
+    processes.stop([proc], grace_s=30.0)
+    assert time.monotonic() - started < 10, "stop waited for the grace: the paused group never saw its SIGTERM"
+    assert proc.exit_code() == -signal.SIGTERM
+    assert not any(pid_alive(pid) for pid in pids)
+
+
 def test_free_ports_are_distinct_and_free() -> None:
     ports = free_ports(6)
     assert len(set(ports)) == 6

@@ -3,13 +3,14 @@
 On the 2-core CPU machine one closed-loop window of 16 requests spreads by ~0.2 in log from the next
 (docs/methodology/throughput.md), so a candidate judged against a baseline cell deployed minutes
 earlier needs a 60% tolerance. Here the candidate's throughput check deploys the baseline
-counterpart cell again (`CheckContext.deploy`, the target's deploy: the local target picks free ports
-and binds the roles to the same cores, so only the loaded pair runs) and, with `fresh_candidate`, the
-candidate too, so both arms start alike; then it measures both in many short alternating windows of
-the same seeded workload, ABBA order (pair k: baseline first when k is even), all in one load
-process (`LoadSession`: a window costs its requests, not a process start). The statistic is
-canary/core/paired.py: the ratio candidate / baseline with a t interval, pass / regress /
-inconclusive against `margin`.
+counterpart cell beside it (`CheckContext.deploy`: the runner's, canary.run.held, hands over the
+baseline cell's own deployment when it ran earlier in the run and the target could keep it frozen
+since; else the target's deploy, which picks free ports and binds the roles to the same cores, so
+only the loaded pair runs) and, with `fresh_candidate`, the candidate too, so both arms start alike;
+then it measures both in many short alternating windows of the same seeded workload, ABBA order
+(pair k: baseline first when k is even), all in one load process (`LoadSession`: a window costs its
+requests, not a process start). The statistic is canary/core/paired.py: the ratio candidate /
+baseline with a t interval, pass / regress / inconclusive against `margin`.
 
 `redeploy_rounds` > 1 deploys both cells afresh for every further round (the runner's candidate
 deployment stays up, idle, meanwhile) and takes the interval over the rounds, so a deployment's
@@ -28,20 +29,25 @@ Every deployment made here is stopped before the check returns, also on an excep
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Literal
 
 from canary.checks.base import CheckContext
 from canary.checks.throughput import hostload
+from canary.config import CanaryConfig
 from canary.core import metric_keys as keys
 from canary.core.paired import PairedVerdict, Window, abba_order, paired_verdict
 from canary.judge.request_tests import PAIRED_GATE_PREFIX, gates_verdict
 from canary.judge.results import CAUSE_KEY, CheckResult, Gate
 from canary.load.launch import LoadError, LoadResult, LoadSession
 from canary.load.workload import WorkloadSpec
+from canary.plan.cell import Cell
 from canary.targets.base import Deployment
+
+HELD_KEY = "held"
+"""Deployment.evidence key the runner sets on a deployment it kept frozen for this check (canary.run.held)."""
 
 SEED_OFFSET = 100_000
 """Window seeds start here (round r, pair k: seed + SEED_OFFSET + 1000 r + k): no window repeats a prompt
@@ -52,12 +58,33 @@ Arm = Literal["baseline", "candidate"]
 LoadFn = Callable[[WorkloadSpec, Path, str], LoadResult]
 
 
+def chosen(config: CanaryConfig, cell: Cell) -> bool:
+    """Whether the config pairs this cell: paired on, the throughput check on, and the cell one of `cells`
+    (empty: any)."""
+    throughput = config.checks.throughput
+    paired = throughput.paired
+    picked = not paired.cells or any(cell.id.startswith(prefix) for prefix in paired.cells)
+    return throughput.enabled and paired.enabled and picked
+
+
 def applies(ctx: CheckContext) -> bool:
     """Whether this cell gets the paired verdict: enabled and chosen (`cells`), a target that can deploy
     another cell, and a baseline counterpart in the matrix."""
-    paired = ctx.config.checks.throughput.paired
-    chosen = not paired.cells or any(ctx.cell.id.startswith(prefix) for prefix in paired.cells)
-    return paired.enabled and chosen and ctx.deploy is not None and ctx.baseline_cell() is not None
+    return chosen(ctx.config, ctx.cell) and ctx.deploy is not None and ctx.baseline_cell() is not None
+
+
+def counterparts_in_order(config: CanaryConfig, cells: Sequence[Cell]) -> dict[str, set[str]]:
+    """Baseline cells of a run that a later cell's paired check will deploy beside it: counterpart id ->
+    the ids of the cells that want it (canary.run.held keeps such a deployment, frozen, for them)."""
+    wanted: dict[str, set[str]] = {}
+    for index, cell in enumerate(cells):
+        if cell.image == config.baseline or cell.status != "planned" or not chosen(config, cell):
+            continue
+        want = {**cell.axis_values(), "image": config.baseline}
+        for earlier in cells[:index]:
+            if earlier.status == "planned" and earlier.axis_values() == want:
+                wanted.setdefault(earlier.id, set()).add(cell.id)
+    return wanted
 
 
 def window_spec(
@@ -103,7 +130,7 @@ def add_paired(ctx: CheckContext, base: WorkloadSpec, result: CheckResult, load:
     if counterpart is None or ctx.deploy is None:
         block["skipped"] = "no baseline counterpart cell, or a target that cannot deploy one"
         return
-    windows, records, problems, failure = _measure(ctx, counterpart.id, base, load)
+    windows, records, problems, failure = _measure(ctx, counterpart.id, base, load, block)
     block["pairs_measured"] = len({(r["round"], r["pair"]) for r in records})
     block["windows"] = records
     block["problems"] = problems
@@ -192,18 +219,18 @@ def _candidate_errors(ctx: CheckContext, records: list[dict[str, Any]]) -> list[
 
 
 def _measure(
-    ctx: CheckContext, counterpart_id: str, base: WorkloadSpec, load: LoadFn | None
+    ctx: CheckContext, counterpart_id: str, base: WorkloadSpec, load: LoadFn | None, block: dict[str, Any]
 ) -> tuple[list[Window], list[dict[str, Any]], list[str], str | None]:
     """Every round's windows; (windows, per-window records, problems, why it could not measure)."""
     work = ctx.cell_dir / "throughput" / "paired"
     if load is not None:
-        return _rounds(ctx, counterpart_id, base, load, work)
+        return _rounds(ctx, counterpart_id, base, load, work, block)
     with LoadSession(work / "load-session.log") as session:
-        return _rounds(ctx, counterpart_id, base, session.run, work)
+        return _rounds(ctx, counterpart_id, base, session.run, work, block)
 
 
 def _rounds(
-    ctx: CheckContext, counterpart_id: str, base: WorkloadSpec, load: LoadFn, work: Path
+    ctx: CheckContext, counterpart_id: str, base: WorkloadSpec, load: LoadFn, work: Path, block: dict[str, Any]
 ) -> tuple[list[Window], list[dict[str, Any]], list[str], str | None]:
     paired = ctx.config.checks.throughput.paired
     counterpart = ctx.baseline_cell()
@@ -221,6 +248,8 @@ def _rounds(
             else:
                 arms["candidate"] = stack.enter_context(deploy(ctx.cell, where / "candidate-logs"))
             arms["baseline"] = stack.enter_context(deploy(counterpart, where / "baseline-logs"))
+            if rnd == 0:  # held: the baseline cell's own deployment, kept frozen since its cell (canary.run.held)
+                block["baseline_deployment"] = arms["baseline"].evidence.get(HELD_KEY, "deployed for this check")
             for arm, deployment in arms.items():
                 if not deployment.started:
                     cell_id = counterpart_id if arm == "baseline" else ctx.cell.id
