@@ -97,7 +97,11 @@ class HeldDeployments:
         held = self._held.pop(cell.id, None)
         note: dict[str, object] | None = None
         if held is not None:
-            note = self._thaw(cell, held)
+            try:
+                note = self._thaw(cell, held)
+            except BaseException:  # no longer held: nothing else would stop it before the run's end
+                held.stack.close()
+                raise
             if "discarded" not in note:
                 held.deployment.evidence[HELD_KEY] = note
                 with held.stack:

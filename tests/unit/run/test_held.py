@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -53,8 +53,9 @@ class FreezingTarget:
 
     kind = "stand-in"
 
-    def __init__(self, thaw_works: bool = True, can_freeze: bool = True) -> None:
+    def __init__(self, thaw_works: bool = True, can_freeze: bool = True, thaw_raises: bool = False) -> None:
         self.thaw_works = thaw_works
+        self.thaw_raises = thaw_raises
         self.can_freeze = can_freeze
         self.events: list[str] = []
         self.pids: dict[str, int] = {}
@@ -83,8 +84,22 @@ class FreezingTarget:
 
     def thaw(self, deployment: Deployment) -> None:
         self.events.append(f"thaw {deployment.cell.id}")
+        if self.thaw_raises:
+            raise OSError("cannot signal the group")
         if self.thaw_works:
             os.killpg(self.pids[deployment.cell.id], signal.SIGCONT)
+
+
+@contextmanager
+def _after_the_baseline_cell(
+    target: FreezingTarget, tmp_path: Path, progress: Callable[[str], None] = lambda _: None
+) -> Iterator[tuple[CanaryConfig, HeldDeployments]]:
+    """A run's held deployments of cpu-default once its baseline P/D p128 cell has run its (empty) checks."""
+    config = _config()
+    with HeldDeployments(target, config, plan(config).cells, progress) as held:
+        with held.deploy_cell(_cell(config, BASELINE), tmp_path):
+            pass
+        yield config, held
 
 
 def test_cpu_default_holds_the_kernel32_pairs_baseline_for_its_paired_check() -> None:
@@ -124,16 +139,15 @@ def test_the_baseline_is_frozen_between_its_cell_and_the_paired_check(tmp_path: 
 
 def test_a_held_deployment_that_does_not_answer_is_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(held_module, "THAW_READY_S", 1.0)
-    config = _config()
     target = FreezingTarget(thaw_works=False)
     messages: list[str] = []
-    with HeldDeployments(target, config, plan(config).cells, messages.append) as held:
-        with held.deploy_cell(_cell(config, BASELINE), tmp_path):
-            pass
-        with held.deploy(_cell(config, BASELINE), tmp_path / "paired") as fresh:
-            assert probe(fresh.base_url, fresh.served_model).ready
-            note = fresh.evidence[HELD_KEY]
-            assert isinstance(note, dict) and "deployed afresh" in str(note["discarded"])
+    with (
+        _after_the_baseline_cell(target, tmp_path, messages.append) as (config, held),
+        held.deploy(_cell(config, BASELINE), tmp_path / "paired") as fresh,
+    ):
+        assert probe(fresh.base_url, fresh.served_model).ready
+        note = fresh.evidence[HELD_KEY]
+        assert isinstance(note, dict) and "deployed afresh" in str(note["discarded"])
     assert target.events == [
         f"deploy {BASELINE}",
         f"freeze {BASELINE}",
@@ -145,12 +159,17 @@ def test_a_held_deployment_that_does_not_answer_is_replaced(tmp_path: Path, monk
     assert any("deployed afresh" in m for m in messages)
 
 
-def test_a_held_deployment_nobody_used_stops_after_the_last_cell_that_wanted_it(tmp_path: Path) -> None:
-    config = _config()
-    target = FreezingTarget()
-    with HeldDeployments(target, config, plan(config).cells, lambda _: None) as held:
-        with held.deploy_cell(_cell(config, BASELINE), tmp_path):
+def test_a_thaw_that_raises_still_stops_the_held_deployment(tmp_path: Path) -> None:
+    target = FreezingTarget(thaw_raises=True)
+    with _after_the_baseline_cell(target, tmp_path) as (config, held):
+        with pytest.raises(OSError, match="cannot signal"), held.deploy(_cell(config, BASELINE), tmp_path / "p"):
             pass
+        assert target.events[-1] == f"stop {BASELINE}", "a held deployment no one holds any more ran on"
+
+
+def test_a_held_deployment_nobody_used_stops_after_the_last_cell_that_wanted_it(tmp_path: Path) -> None:
+    target = FreezingTarget()
+    with _after_the_baseline_cell(target, tmp_path) as (_, held):
         held.finished(BASELINE)
         held.finished("agg.cpu_attn.b128.auto.v1.kernel32")
         assert held.held == [BASELINE]
@@ -170,21 +189,17 @@ def test_a_cell_that_raises_is_stopped_not_kept_and_close_stops_the_rest(tmp_pat
         raise RuntimeError("check crashed")
     assert target.events == [f"deploy {BASELINE}", f"stop {BASELINE}"]
     target = FreezingTarget()
-    with HeldDeployments(target, config, plan(config).cells, lambda _: None) as held:
-        with held.deploy_cell(_cell(config, BASELINE), tmp_path):
-            pass
+    with _after_the_baseline_cell(target, tmp_path) as (_, held):
         pid = target.pids[BASELINE]
+        assert held.held == [BASELINE]
     assert held.held == [] and target.events[-1] == f"stop {BASELINE}"
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
 
 
 def test_a_target_that_cannot_freeze_stops_the_cell_as_before(tmp_path: Path) -> None:
-    config = _config()
     target = FreezingTarget(can_freeze=False)
-    with HeldDeployments(target, config, plan(config).cells, lambda _: None) as held:
-        with held.deploy_cell(_cell(config, BASELINE), tmp_path):
-            pass
+    with _after_the_baseline_cell(target, tmp_path) as (_, held):
         assert held.held == [] and target.events == [f"deploy {BASELINE}", f"stop {BASELINE}"]
 
 
