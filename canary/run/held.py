@@ -4,8 +4,9 @@ A candidate's paired throughput verdict (canary.checks.throughput.paired) measur
 counterpart cell beside it. When that counterpart ran earlier in the same run, deploying it again
 costs a P/D start (22-28 s on the 2-core machine, ~55 s in a slow hour, when it starts beside the
 candidate's live pair). So the runner keeps such a deployment after its cell's checks, frozen
-(canary.targets.base.Freezes: the local target SIGSTOPs its process groups; they keep memory and
-ports and take no CPU, so the cells run meanwhile start and measure as if it were gone), and hands it
+(canary.targets.base.Freezes: the local target SIGSTOPs its process groups, the container target
+`pause`s its containers; they keep memory and ports and take no CPU, so the cells run meanwhile start
+and measure as if it were gone), and hands it
 to the paired check, thawed, instead of a new one. The check then compares two deployments that have
 both served their own cell's checks.
 
@@ -13,8 +14,8 @@ A held deployment is stopped right after the check that used it, after the last 
 want it, when the run ends, on Ctrl-C, and on a crash (the runner's ExitStack; the target's own
 process cleanup is the backstop, and it continues a frozen group before it stops it). One that does
 not answer within THAW_READY_S of its thaw is stopped and the cell deployed afresh; the check's
-evidence says which happened (Deployment.evidence["held"]). A target that cannot freeze (the
-container target) gets no holding: its baseline is deployed again, as before.
+evidence says which happened (Deployment.evidence["held"]). A target that cannot freeze (Kubernetes;
+a container CLI whose `pause` fails) gets no holding: its baseline is deployed again.
 """
 
 from __future__ import annotations

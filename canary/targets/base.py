@@ -135,8 +135,9 @@ class Preflight(Protocol):
 @runtime_checkable
 class Freezes(Protocol):
     """A target that can freeze a started deployment and thaw it later (the local target: SIGSTOP and
-    SIGCONT to its process groups). The runner keeps a baseline cell's deployment frozen until the
-    candidate's paired check needs it (canary.run.held), instead of deploying it again."""
+    SIGCONT to its process groups; the container target: `pause` and `unpause`). The runner keeps a
+    baseline cell's deployment frozen until the candidate's paired check needs it (canary.run.held),
+    instead of deploying it again."""
 
     def freeze(self, deployment: Deployment) -> bool:
         """Freeze a started deployment's servers (they keep memory and ports, take no CPU); False when

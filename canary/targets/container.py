@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from canary.config import CanaryConfig
-from canary.errors import CanaryError
+from canary.errors import CanaryError, warn_stderr
 from canary.images.patchseries import read_series, series_hash
 from canary.images.table import cpu_engine_ref, is_image_reference, router_ref
 from canary.model.ref import local_model_dir, resolve_model
@@ -104,6 +104,7 @@ class ContainerTarget(LocalTarget):
         self._images: dict[str, str] = {}
         self._digests: dict[str, str] = {}
         self._live: dict[str, str] = {}  # container name -> role, while it may run
+        self._paused: set[str] = set()  # containers `freeze` paused and nothing has continued yet
 
     # ------------------------------------------------------------------ images
 
@@ -427,13 +428,51 @@ class ContainerTarget(LocalTarget):
                 processes.remove_cleanup(cleanup)
 
     def freeze(self, deployment: Deployment) -> bool:
-        """Not here: a container's processes are not the CLI processes the local target would stop, and
-        `podman pause` has not been tried on this target. The runner then stops a baseline deployment
-        after its cell and deploys it again for a paired check (canary.run.held)."""
+        """canary.targets.base.Freezes: `pause` the started deployment's containers (the cgroup freezer:
+        every process in them stops, keeps its memory and ports, takes no CPU). False, with a warning,
+        when the CLI cannot pause them (a rootless podman on cgroup v1 has no freezer): whatever did
+        pause is continued, and the runner stops the deployment and deploys it again when it is wanted."""
+        names = self._names_of(deployment)
+        if not deployment.started or not names:
+            return False
+        self._paused.update(names)  # a pause that fails half-way is continued below
+        try:
+            done = self.cli.call("pause", *names, what="pause")
+            if done.returncode == 0:
+                return True
+            failure = f"exit {done.returncode}: {' '.join((done.stderr or done.stdout).strip().splitlines()[-1:])}"
+        except ContainerError as error:
+            failure = str(error)
+        warn_stderr(f"{self.cli.program} pause {' '.join(names)} failed ({failure}); it is not kept frozen")
+        self._unpause(names)
         return False
 
     def thaw(self, deployment: Deployment) -> None:
-        """Nothing was frozen (`freeze` says False)."""
+        """canary.targets.base.Freezes: `unpause` what `freeze` paused. One that does not come back is
+        only warned of here: the runner then finds it not answering and deploys the cell afresh."""
+        self._unpause(self._names_of(deployment))
+
+    def _names_of(self, deployment: Deployment) -> list[str]:
+        """The deployment's containers that may still run (router first, as they stop)."""
+        containers: dict[str, Any] = deployment.evidence.get("containers") or {}  # type: ignore[assignment]
+        order = [r for r in containers if r == "router"] + [r for r in containers if r != "router"]
+        return [containers[r]["name"] for r in order if containers[r]["name"] in self._live]
+
+    def _unpause(self, names: Iterable[str]) -> None:
+        """Continue the named containers that `freeze` paused (before a thaw, a stop or a removal: a
+        paused container does not act on the SIGTERM of `stop`, it would only be SIGKILLed by `rm -f`)."""
+        paused = [n for n in names if n in self._paused]
+        if not paused:
+            return
+        self._paused.difference_update(paused)
+        try:
+            done = self.cli.call("unpause", *paused, what="unpause")
+        except ContainerError as error:
+            warn_stderr(str(error))
+            return
+        if done.returncode != 0:
+            detail = " ".join((done.stderr or done.stdout).strip().splitlines()[-1:])
+            warn_stderr(f"{self.cli.program} unpause {' '.join(paused)} failed (exit {done.returncode}: {detail})")
 
     @staticmethod
     def _engine_roles(cell: Cell) -> list[str]:
@@ -455,14 +494,15 @@ class ContainerTarget(LocalTarget):
         names = list(self._live)
         self._live.clear()
         with contextlib.suppress(CanaryError):
+            self._unpause(names)
+        with contextlib.suppress(CanaryError):
             self.cli.remove(names, stop_timeout_s=min(5, self.container.stop_timeout_s))
 
     def _stop_containers(self, deployment: Deployment, started: dict[str, processes.ManagedProcess]) -> None:
         """Router first, then the engines; then the attached clients; exit codes recorded."""
-        containers: dict[str, Any] = deployment.evidence.get("containers") or {}  # type: ignore[assignment]
-        order = [r for r in containers if r == "router"] + [r for r in containers if r != "router"]
-        names = [containers[r]["name"] for r in order if containers[r]["name"] in self._live]
+        names = self._names_of(deployment)
         try:
+            self._unpause(names)
             if names:
                 self.cli.remove(names, stop_timeout_s=self.container.stop_timeout_s)
         finally:

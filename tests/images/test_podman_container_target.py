@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,8 +23,10 @@ from canary.config.load import load_config
 from canary.images.table import cpu_engine_ref, router_ref
 from canary.paths import CONFIGS_DIR, REPO_ROOT
 from canary.plan.matrix import plan
+from canary.targets import processes
 from canary.targets.container import ContainerTarget
 from canary.targets.container_cli import CELL_LABEL, MANAGED_LABEL, OWNER_LABEL, find_cli, owner_id
+from canary.targets.readiness import probe
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -111,3 +114,54 @@ def test_an_image_that_is_not_there_is_refused_before_anything_starts(tmp_path: 
     assert "localhost/no-such-image:1" in done.stderr
     assert not list((tmp_path / "results").glob("*/results.json"))
     assert _containers(MANAGED_LABEL + "=true") == []
+
+
+def _cpu_ticks(pids: set[int]) -> int:
+    ticks = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks
+
+
+def _complete(deployment: Any, prompt: str) -> str:
+    body = json.dumps({"model": deployment.served_model, "prompt": prompt, "max_tokens": 8, "temperature": 0})
+    request = urllib.request.Request(
+        f"{deployment.base_url}/v1/completions", data=body.encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return str(json.loads(response.read())["choices"][0]["text"])
+
+
+def test_a_pd_pair_frozen_in_its_containers_takes_no_cpu_serves_after_its_thaw_and_stops_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    """What the runner does with a baseline pair kept for a paired check (canary.run.held), with
+    `podman pause`: frozen, no process of its containers takes CPU and the router does not answer;
+    thawed, the pair answers; left frozen at the deployment's end, it still stops on SIGTERM (its
+    containers are continued first), not by the SIGKILL of `rm -f`, and nothing is left."""
+    config = _config()
+    cell = next(c for c in plan(config).planned() if c.id == "pd.cpu_attn.p32-d32.auto.v1.baseline")  # type: ignore[arg-type]
+    target = ContainerTarget(config)  # type: ignore[arg-type]
+    target.preflight([cell])
+    with target.deploy(cell, tmp_path / "logs") as deployment:
+        assert deployment.started, deployment.failure
+        before_freeze = _complete(deployment, "Question: 2 + 2 = ?\nAnswer:")
+        leaders = {s.pid for s in deployment.servers.values() if s.pid is not None}
+        assert len(leaders) == 3, deployment.servers  # prefill, decode, router: each its container's first process
+        pids = leaders | {pid for leader in leaders for pid in processes.descendants(leader)}
+        assert target.freeze(deployment)
+        names = [c["name"] for c in deployment.evidence["containers"].values()]  # type: ignore[attr-defined]
+        states = {n: CLI.check("inspect", "--format", "{{.State.Status}}", n).strip() for n in names}
+        assert set(states.values()) == {"paused"}, states
+        before = _cpu_ticks(pids)
+        time.sleep(5.0)
+        assert _cpu_ticks(pids) == before, "a process of a paused container used CPU"
+        assert not probe(deployment.base_url, deployment.served_model, timeout_s=1.0).ready
+        target.thaw(deployment)
+        assert probe(deployment.base_url, deployment.served_model, timeout_s=30.0).ready
+        assert _complete(deployment, "Question: 2 + 2 = ?\nAnswer:") == before_freeze  # greedy, same pair
+        assert target.freeze(deployment)  # and left frozen: the deployment's end must still stop it cleanly
+    codes = {role: server.exit_code for role, server in deployment.servers.items()}
+    assert all(code is not None and code != 137 for code in codes.values()), f"SIGKILLed, not stopped: {codes}"
+    assert _containers(f"{OWNER_LABEL}={owner_id()}") == []

@@ -212,3 +212,80 @@ def test_the_two_store_files_name_their_driver_and_separate_graphroots() -> None
     assert 'driver = "overlay"' in overlay and 'driver = "vfs"' in vfs
     root = [line for line in overlay.splitlines() if line.startswith("graphroot")]
     assert root and root[0] not in vfs, "a store is tied to the driver that created it: the graphroots must differ"
+
+
+def _recording_cli(tmp_path: Path, failing: str = "") -> tuple[ContainerCli, Path]:
+    """A stand-in CLI (a shell script, not podman) that records each command line and fails one verb
+    (exit 125, as podman does where it has no freezer): what a rootless podman on cgroup v1 answers
+    cannot be made to happen with the root podman of this machine."""
+    record = tmp_path / "calls"
+    script = tmp_path / "fake-podman"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {record}\n'
+        f'if [ "$1" = "{failing}" ]; then echo "Error: $1 is not supported here" >&2; exit 125; fi\n'
+    )
+    script.chmod(0o755)
+    return ContainerCli("podman", str(script), {"PATH": "/usr/bin:/bin"}), record
+
+
+def _started_pair(target: ContainerTarget, config: Any) -> Any:
+    from canary.targets.base import Deployment
+
+    cell = _cell(config, "pd.cpu_attn.p32-d32.auto.v1.baseline")
+    deployment = Deployment(cell=cell, base_url="http://127.0.0.1:1", served_model=cell.model, started=True)
+    names = {"prefill": "c-prefill", "decode": "c-decode", "router": "c-router"}
+    deployment.evidence["containers"] = {role: {"name": name, "image": "x"} for role, name in names.items()}
+    target._live.update({name: role for role, name in names.items()})
+    return deployment
+
+
+def test_a_frozen_pair_is_continued_before_its_stop_so_it_acts_on_sigterm(tmp_path: Path) -> None:
+    cli, record = _recording_cli(tmp_path)
+    config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["target.kind=container"])
+    target = ContainerTarget(config, cli=cli)
+    deployment = _started_pair(target, config)
+    assert target.freeze(deployment)
+    target._stop_containers(deployment, {})
+    calls = record.read_text().splitlines()
+    assert calls[0] == "pause c-router c-prefill c-decode"
+    assert calls[1] == "unpause c-router c-prefill c-decode"
+    assert calls[2].startswith("stop -t ") and calls[2].endswith("c-router c-prefill c-decode")
+    assert [c for c in calls if c.startswith("unpause")] == [calls[1]]  # once, not again on the way out
+
+
+def test_a_pause_that_fails_is_a_warning_and_continues_what_did_pause(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cli, record = _recording_cli(tmp_path, failing="pause")
+    config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["target.kind=container"])
+    target = ContainerTarget(config, cli=cli)
+    deployment = _started_pair(target, config)
+    assert not target.freeze(deployment)
+    err = capsys.readouterr().err
+    assert "canary: warning:" in err and "pause c-router c-prefill c-decode failed (exit 125" in err
+    assert "not supported here" in err
+    names = "c-router c-prefill c-decode"
+    assert record.read_text().splitlines() == [f"pause {names}", f"unpause {names}"]
+
+
+def test_a_thaw_that_fails_warns_and_leaves_the_readiness_wait_to_decide(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cli, _ = _recording_cli(tmp_path, failing="unpause")
+    config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["target.kind=container"])
+    target = ContainerTarget(config, cli=cli)
+    deployment = _started_pair(target, config)
+    assert target.freeze(deployment)
+    target.thaw(deployment)  # does not raise: canary.run.held then finds it silent and deploys afresh
+    assert "unpause c-router c-prefill c-decode failed (exit 125" in capsys.readouterr().err
+
+
+def test_a_deployment_that_did_not_start_is_not_frozen(tmp_path: Path) -> None:
+    cli, record = _recording_cli(tmp_path)
+    config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["target.kind=container"])
+    target = ContainerTarget(config, cli=cli)
+    deployment = _started_pair(target, config)
+    deployment.started = False
+    assert not target.freeze(deployment)
+    assert not record.exists()
