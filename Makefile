@@ -78,8 +78,9 @@ canary-installs: $(foreach word,$(CANARY_NEEDS),$(CANARY_NEEDS_$(word)))
 plan: venv ## print the default matrix plan
 	$(VENV)/bin/canary plan $(CONFIG)
 
-lint: venv-dev ## ruff
+lint: venv-dev ## ruff: the lint rules and the formatter (check only; `ruff format` fixes the layout)
 	$(VENV)/bin/ruff check canary tests
+	$(VENV)/bin/ruff format --check canary tests
 
 typecheck: venv-dev ## mypy --strict on canary/
 	$(VENV)/bin/mypy --strict canary

@@ -45,9 +45,7 @@ def scrape(url: str, timeout_s: float = 10.0) -> list[Sample]:
 def total(samples: list[Sample], name: str, **labels: str) -> float:
     """Sum of the samples named `name` (any of name, name_total) whose labels include `labels`."""
     names = {name, f"{name}_total"}
-    return sum(
-        s.value for s in samples if s.name in names and all(s.labels.get(k) == v for k, v in labels.items())
-    )
+    return sum(s.value for s in samples if s.name in names and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 def first(samples: list[Sample], name: str) -> Sample | None:

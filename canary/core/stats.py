@@ -122,9 +122,7 @@ def look_confidence(confidence: float, looks: int) -> float:
     return 1.0 - (1.0 - confidence) / looks
 
 
-def absolute_look(
-    correct: int, seen: int, total: int, threshold: float, confidence: float, looks: int
-) -> AbsoluteLook:
+def absolute_look(correct: int, seen: int, total: int, threshold: float, confidence: float, looks: int) -> AbsoluteLook:
     """Decide the absolute gate after `seen` of `total` planned questions.
 
     `looks` is the number of planned looks (1 = no early stop: only the final look decides).
@@ -143,14 +141,20 @@ def absolute_look(
     best_high = wilson_interval(correct + remaining, total, level)[1]
     if best_high < threshold:
         return AbsoluteLook(
-            "fail", f"curtailed: even {remaining} more right answers leave the bound below {threshold:.3f}",
-            low, high, level,
+            "fail",
+            f"curtailed: even {remaining} more right answers leave the bound below {threshold:.3f}",
+            low,
+            high,
+            level,
         )
     worst_high = wilson_interval(correct, total, level)[1]
     if worst_high >= threshold:
         return AbsoluteLook(
-            "pass", f"curtailed: even {remaining} more wrong answers keep the bound >= {threshold:.3f}",
-            low, high, level,
+            "pass",
+            f"curtailed: even {remaining} more wrong answers keep the bound >= {threshold:.3f}",
+            low,
+            high,
+            level,
         )
     if low >= threshold:
         return AbsoluteLook("pass", f"Wilson lower bound {low:.3f} >= {threshold:.3f}", low, high, level)
@@ -180,13 +184,17 @@ def paired_look(control_only: int, candidate_only: int, remaining: int, alpha: f
     p_value = mcnemar_exact(control_only, candidate_only)
     if p_value < level and control_only > candidate_only:
         return PairedLook(
-            "fail", f"P/D worse: {control_only} vs {candidate_only} discordant, p={p_value:.2g} < {level:.2g}",
-            p_value, level,
+            "fail",
+            f"P/D worse: {control_only} vs {candidate_only} discordant, p={p_value:.2g} < {level:.2g}",
+            p_value,
+            level,
         )
     if remaining == 0:
         return PairedLook(
-            "pass", f"no significant loss: {control_only} vs {candidate_only} discordant, p={p_value:.2g}",
-            p_value, level,
+            "pass",
+            f"no significant loss: {control_only} vs {candidate_only} discordant, p={p_value:.2g}",
+            p_value,
+            level,
         )
     worst = mcnemar_exact(control_only + remaining, candidate_only)
     if worst >= level:

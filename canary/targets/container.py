@@ -357,16 +357,17 @@ class ContainerTarget(LocalTarget):
         images = {key: self.image_ref(key) for key in cell.image_keys()}
         for key in images:
             if self.config.images[key].patches and key not in self.container.images:
-                notes.append(f"image {key!r}: {self.config.images[key].patches} is applied in a derived image of "
-                             f"{self.image_ref(key)} (built once, cached)")
+                notes.append(
+                    f"image {key!r}: {self.config.images[key].patches} is applied in a derived image of "
+                    f"{self.image_ref(key)} (built once, cached)"
+                )
         local = self.plan_servers(
             cell, ports, builds=self.engine_builds(cell), model_path=model_path, layout_root="$CELL_LOG_DIR"
         )
         plans = self.container_plans(cell, local, model_path, images)
         return {
             "servers": [
-                {"role": p.role, "container": name, "command": " ".join(p.argv), "argv": p.argv}
-                for p, name in plans
+                {"role": p.role, "container": name, "command": " ".join(p.argv), "argv": p.argv} for p, name in plans
             ],
             "notes": notes,
             "ports": "picked at run time on " + self.settings.host + " (host network)",

@@ -82,6 +82,7 @@ def repo_podman_conf() -> dict[str, Path]:
         conf["CONTAINERS_STORAGE_CONF"] = storage
     return conf
 
+
 QUERY_TIMEOUT_S = 300.0
 """podman with vfs storage holds its storage lock while it copies a new container's whole image (3.2 GB for
 the CPU engine): a `ps` waits that long on a loaded machine (over 60 s was seen). overlay does not copy."""

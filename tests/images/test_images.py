@@ -53,8 +53,19 @@ def sdist_files(sdist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The few files these tests read, extracted once from the sdist (one pass of tar)."""
     out = tmp_path_factory.mktemp("sdist-files")
     wanted = [PATCHED_FILE, "requirements/cuda.txt", "requirements/kv_connectors.txt"]
-    subprocess.run(["tar", "-xzf", str(sdist), "-C", str(out), "--strip-components=1",
-                    *[f"vllm-0.33.0/{path}" for path in wanted]], check=True, timeout=300)
+    subprocess.run(
+        [
+            "tar",
+            "-xzf",
+            str(sdist),
+            "-C",
+            str(out),
+            "--strip-components=1",
+            *[f"vllm-0.33.0/{path}" for path in wanted],
+        ],
+        check=True,
+        timeout=300,
+    )
     return out
 
 
@@ -119,8 +130,14 @@ def test_patched_image_pins_what_vllm_0_33_expects(sdist_files: Path) -> None:
 def test_every_pin_is_recorded_in_a_label() -> None:
     text = DOCKERFILES[0].read_text()
     labels = " ".join(re.findall(r"^LABEL (.+?)(?<!\\)$", text, re.M | re.S))
-    for arg in ("VLLM_BASE_IMAGE", "VLLM_VERSION", "NIXL_VERSION", "FLASHINFER_VERSION", "PATCH_SERIES",
-                "PATCH_SERIES_SHA256"):
+    for arg in (
+        "VLLM_BASE_IMAGE",
+        "VLLM_VERSION",
+        "NIXL_VERSION",
+        "FLASHINFER_VERSION",
+        "PATCH_SERIES",
+        "PATCH_SERIES_SHA256",
+    ):
         assert f"${{{arg}}}" in labels, f"{arg} is not recorded in a LABEL"
     assert "dev.vllm.canary.patch-series-sha256" in labels
 
@@ -179,8 +196,11 @@ STACKED_PATCH = f"""--- a/{PATCHED_FILE}
 
 
 def test_patch_check_names_the_patch_that_does_not_apply(sdist: Path, tmp_path: Path) -> None:
-    series = _series_with(tmp_path, {"0002-does-not-apply.patch": BAD_PATCH},
-                          ["0001-nixl-log-block-sizes.patch", "0002-does-not-apply.patch"])
+    series = _series_with(
+        tmp_path,
+        {"0002-does-not-apply.patch": BAD_PATCH},
+        ["0001-nixl-log-block-sizes.patch", "0002-does-not-apply.patch"],
+    )
     result = _run(PATCH_CHECK, "--sdist", sdist, "--sha256", SDIST_SHA256, "--series", series)
     assert result.returncode == 1
     assert "apply-series: ok   0001-nixl-log-block-sizes.patch" in result.stdout
@@ -189,12 +209,14 @@ def test_patch_check_names_the_patch_that_does_not_apply(sdist: Path, tmp_path: 
 
 
 def test_patch_check_is_cumulative(sdist: Path, tmp_path: Path) -> None:
-    in_order = _series_with(tmp_path / "a", {"0002-stacked.patch": STACKED_PATCH},
-                            ["0001-nixl-log-block-sizes.patch", "0002-stacked.patch"])
+    in_order = _series_with(
+        tmp_path / "a", {"0002-stacked.patch": STACKED_PATCH}, ["0001-nixl-log-block-sizes.patch", "0002-stacked.patch"]
+    )
     result = _run(PATCH_CHECK, "--sdist", sdist, "--sha256", SDIST_SHA256, "--series", in_order)
     assert result.returncode == 0, result.stderr
-    reversed_order = _series_with(tmp_path / "b", {"0002-stacked.patch": STACKED_PATCH},
-                                  ["0002-stacked.patch", "0001-nixl-log-block-sizes.patch"])
+    reversed_order = _series_with(
+        tmp_path / "b", {"0002-stacked.patch": STACKED_PATCH}, ["0002-stacked.patch", "0001-nixl-log-block-sizes.patch"]
+    )
     result = _run(PATCH_CHECK, "--sdist", sdist, "--sha256", SDIST_SHA256, "--series", reversed_order)
     assert result.returncode == 1
     assert "FAILED: 0002-stacked.patch" in result.stderr
@@ -227,8 +249,9 @@ def test_patch_check_refuses_an_sdist_with_another_checksum(sdist: Path) -> None
 def test_docker_path_applies_with_patch_and_refuses_twice(source_tree: Path) -> None:
     """What the Dockerfile runs on site-packages: `patch --forward --fuzz=0`, hash verified."""
     expected = patch_series_hash(SERIES)
-    result = _run(APPLY, "--apply", "--tool", "patch", "--series", SERIES, "--tree", source_tree,
-                  "--expect-hash", expected)
+    result = _run(
+        APPLY, "--apply", "--tool", "patch", "--series", SERIES, "--tree", source_tree, "--expect-hash", expected
+    )
     assert result.returncode == 0, result.stderr
     assert "NIXL block sizes: logical=%d kernel=%d" in (source_tree / PATCHED_FILE).read_text()
     again = _run(APPLY, "--apply", "--tool", "patch", "--series", SERIES, "--tree", source_tree)
@@ -237,8 +260,9 @@ def test_docker_path_applies_with_patch_and_refuses_twice(source_tree: Path) -> 
 
 
 def test_docker_path_refuses_a_wrong_series_hash(source_tree: Path) -> None:
-    result = _run(APPLY, "--apply", "--tool", "patch", "--series", SERIES, "--tree", source_tree,
-                  "--expect-hash", "f" * 64)
+    result = _run(
+        APPLY, "--apply", "--tool", "patch", "--series", SERIES, "--tree", source_tree, "--expect-hash", "f" * 64
+    )
     assert result.returncode == 1
     assert "series hash is" in result.stderr
     assert "NIXL block sizes" not in (source_tree / PATCHED_FILE).read_text()
@@ -247,6 +271,7 @@ def test_docker_path_refuses_a_wrong_series_hash(source_tree: Path) -> None:
 def test_series_hash_is_the_same_in_shell_and_python(tmp_path: Path) -> None:
     shell = _run(APPLY, "--hash", "--series", SERIES).stdout.strip()
     assert shell == patch_series_hash(SERIES)
-    changed = _series_with(tmp_path, {"0002-stacked.patch": STACKED_PATCH},
-                           ["0001-nixl-log-block-sizes.patch", "0002-stacked.patch"])
+    changed = _series_with(
+        tmp_path, {"0002-stacked.patch": STACKED_PATCH}, ["0001-nixl-log-block-sizes.patch", "0002-stacked.patch"]
+    )
     assert _run(APPLY, "--hash", "--series", changed).stdout.strip() == patch_series_hash(changed) != shell

@@ -48,8 +48,13 @@ class KmockCluster:
 
         def store() -> None:
             self.emulator.resources[resource] = {
-                "namespaced": True, "kind": kind, "singular": kind.lower(), "verbs": ["get", "list", "watch"],
-                "shortnames": [], "categories": [], "subresources": ["log"] if kind == "Pod" else [],
+                "namespaced": True,
+                "kind": kind,
+                "singular": kind.lower(),
+                "verbs": ["get", "list", "watch"],
+                "shortnames": [],
+                "categories": [],
+                "subresources": ["log"] if kind == "Pod" else [],
             }
 
         self._in_loop(store)
@@ -75,16 +80,22 @@ class KmockCluster:
             return served
 
         def store() -> None:
-            self.emulator[
-                "get", kmock.subresource("log"), kmock.namespace(namespace), kmock.name(pod), matches
-            ] << kmock.headers(TEXT) << body
+            (
+                self.emulator["get", kmock.subresource("log"), kmock.namespace(namespace), kmock.name(pod), matches]
+                << kmock.headers(TEXT)
+                << body
+            )
 
         self._in_loop(store)
 
     def no_previous_log(self, namespace: str, pod: str, container: str) -> None:
         """Answer a previous-log request as the API server does when there is none (HTTP 400)."""
         status = {
-            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": 400,
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "code": 400,
             "reason": "BadRequest",
             "message": f'previous terminated container "{container}" in pod "{pod}" not found',
         }
@@ -100,8 +111,15 @@ class KmockCluster:
 
     def fail_lists(self, resource_path: str, status: int, reason: str) -> None:
         """Answer every request to a path with an error Status (e.g. RBAC forbids it)."""
-        body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": status,
-                "reason": reason, "message": f"{reason} (kmock)"}
+        body = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "code": status,
+            "reason": reason,
+            "message": f"{reason} (kmock)",
+        }
 
         def store() -> None:
             self.emulator["get", resource_path] << status << body

@@ -220,8 +220,12 @@ def test_rendered_matrix_values_deploy_each_cell_as_planned(
 
 
 def test_probes_are_sized_for_model_load(helm_home: Path) -> None:
-    docs = render("vllm-pd", helm_home, [CHARTS / "vllm-pd" / "ci" / "pd-and-aggregated-values.yaml"],
-                  extra=["--set", "vllm.startupTimeoutSeconds=2705", "--set", "vllm.probePeriodSeconds=10"])
+    docs = render(
+        "vllm-pd",
+        helm_home,
+        [CHARTS / "vllm-pd" / "ci" / "pd-and-aggregated-values.yaml"],
+        extra=["--set", "vllm.startupTimeoutSeconds=2705", "--set", "vllm.probePeriodSeconds=10"],
+    )
     for name, _, spec in pod_specs(docs):
         container = spec["containers"][0]
         if container["name"] != "vllm":
@@ -260,9 +264,7 @@ def test_cluster_options_reach_the_pods(helm_home: Path) -> None:
             assert env["UCX_RNDV_THRESH"] == "8192"
 
 
-def test_multinode_cells_are_leaderworkersets(
-    crds: dict[tuple[str, str], dict[str, Any]], helm_home: Path
-) -> None:
+def test_multinode_cells_are_leaderworkersets(crds: dict[tuple[str, str], dict[str, Any]], helm_home: Path) -> None:
     docs = render("vllm-pd", helm_home, [CHARTS / "vllm-pd" / "ci" / "multinode-rdma-values.yaml"])
     assert validate(docs, crds) == []
     sets = by_kind(docs, "LeaderWorkerSet")
@@ -319,9 +321,7 @@ def _mutated(base: Path, tmp_path: Path, dotted: str, value: Any) -> Path:
         ("colour", "blue", "colour"),
     ],
 )
-def test_values_schema_rejects_bad_values(
-    key: str, value: Any, message: str, tmp_path: Path, helm_home: Path
-) -> None:
+def test_values_schema_rejects_bad_values(key: str, value: Any, message: str, tmp_path: Path, helm_home: Path) -> None:
     values = _mutated(CHARTS / "vllm-pd" / "ci" / "pd-and-aggregated-values.yaml", tmp_path, key, value)
     stderr = render_error("vllm-pd", helm_home, [values])
     assert "values don't meet the specifications of the schema" in stderr
@@ -336,8 +336,12 @@ def test_values_schema_requires_cell_fields(tmp_path: Path, helm_home: Path) -> 
 
 
 def test_overlong_object_names_fail_with_the_cell_named(helm_home: Path) -> None:
-    stderr = render_error("vllm-pd", helm_home, [CHARTS / "vllm-pd" / "ci" / "multinode-rdma-values.yaml"],
-                          ["--set", "namePrefix=a-much-longer-prefix"])
+    stderr = render_error(
+        "vllm-pd",
+        helm_home,
+        [CHARTS / "vllm-pd" / "ci" / "multinode-rdma-values.yaml"],
+        ["--set", "namePrefix=a-much-longer-prefix"],
+    )
     assert "pd.flashmla.p256-d256.fp8.v2.patched" in stderr
     assert "shorten namePrefix" in stderr
 
@@ -448,8 +452,21 @@ def test_prometheus_rule_validates_with_sample_rules(
 
     chart = tmp_path / "canary"
     shutil.copytree(CHARTS / "canary", chart)
-    sample = {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "up == 0", "labels": {"severity": "x"},
-                                                   "annotations": {"summary": "{{ $labels.cell }} down"}}]}]}
+    sample = {
+        "groups": [
+            {
+                "name": "g",
+                "rules": [
+                    {
+                        "alert": "A",
+                        "expr": "up == 0",
+                        "labels": {"severity": "x"},
+                        "annotations": {"summary": "{{ $labels.cell }} down"},
+                    }
+                ],
+            }
+        ]
+    }
     (chart / "files" / "canary-rules.yaml").write_text(yaml.safe_dump(sample))
     result = run_helm(["template", "c", str(chart), "--namespace", "x"], helm_home)
     assert result.returncode == 0, result.stderr
@@ -475,8 +492,9 @@ def test_dashboards_configmap_for_the_grafana_sidecar(tmp_path: Path, helm_home:
 
 
 def test_monitors_select_the_vllm_pd_pods_and_routers(helm_home: Path) -> None:
-    cells = render("vllm-pd", helm_home, [CHARTS / "vllm-pd" / "ci" / "pd-and-aggregated-values.yaml"],
-                   release="vllm-pd")
+    cells = render(
+        "vllm-pd", helm_home, [CHARTS / "vllm-pd" / "ci" / "pd-and-aggregated-values.yaml"], release="vllm-pd"
+    )
     canary = render("canary", helm_home)
     pod_monitor = by_kind(canary, "PodMonitor")[0]["spec"]
     service_monitor = by_kind(canary, "ServiceMonitor")[0]["spec"]
@@ -542,16 +560,18 @@ def test_kubernetes_validate_cli_agrees(tmp_path: Path, helm_home: Path) -> None
     manifest = tmp_path / "vllm-pd.yaml"
     manifest.write_text(yaml.safe_dump_all(docs))
     cli = Path(sys.executable).parent / "kubernetes-validate"
-    result = subprocess.run([str(cli), "-k", "1.33.0", "--strict", str(manifest)],
-                            capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run(
+        [str(cli), "-k", "1.33.0", "--strict", str(manifest)], capture_output=True, text=True, timeout=300, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count(" passed for resource ") == len(docs)
     broken = yaml.safe_load_all(manifest.read_text())
     broken_docs = list(broken)
     broken_docs[-1]["spec"]["replicaz"] = 1
     manifest.write_text(yaml.safe_dump_all(broken_docs))
-    result = subprocess.run([str(cli), "-k", "1.33.0", "--strict", str(manifest)],
-                            capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run(
+        [str(cli), "-k", "1.33.0", "--strict", str(manifest)], capture_output=True, text=True, timeout=300, check=False
+    )
     assert result.returncode != 0 and "replicaz" in result.stdout
 
 

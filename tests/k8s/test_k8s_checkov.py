@@ -42,9 +42,20 @@ def checkov_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     for name, docs in cases.items():
         (manifests / f"{name}.yaml").write_text(yaml.safe_dump_all(docs))
     result = subprocess.run(
-        [str(checkov_bin()), "--config-file", str(CHECKOV_CONFIG), "-d", str(manifests), "-o", "json",
-         "--skip-download"],
-        capture_output=True, text=True, timeout=600, check=False,
+        [
+            str(checkov_bin()),
+            "--config-file",
+            str(CHECKOV_CONFIG),
+            "-d",
+            str(manifests),
+            "-o",
+            "json",
+            "--skip-download",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     try:
         report = json.loads(result.stdout)

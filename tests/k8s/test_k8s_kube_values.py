@@ -26,11 +26,23 @@ BASE: dict[str, Any] = {
     "version": 1,
     "name": "kv-test",
     "platform": "sm90",
-    "models": [{"name": "qwen3-0-6b", "source": "Qwen/Qwen3-0.6B", "max_model_len": 8192,
-                "tensor_parallel_size": 2, "extra_args": ["--enforce-eager"]}],
+    "models": [
+        {
+            "name": "qwen3-0-6b",
+            "source": "Qwen/Qwen3-0.6B",
+            "max_model_len": 8192,
+            "tensor_parallel_size": 2,
+            "extra_args": ["--enforce-eager"],
+        }
+    ],
     "images": {"baseline": {"ref": "vllm/vllm-openai:v0.33.0"}},
-    "matrix": {"attention_backends": ["FLASHINFER"], "prefill_block_sizes": [128], "decode_block_sizes": [64],
-               "runners": ["v2"], "topologies": ["aggregated", "pd-nixl"]},
+    "matrix": {
+        "attention_backends": ["FLASHINFER"],
+        "prefill_block_sizes": [128],
+        "decode_block_sizes": [64],
+        "runners": ["v2"],
+        "topologies": ["aggregated", "pd-nixl"],
+    },
     "target": {"kind": "kubernetes"},
 }
 
@@ -65,8 +77,10 @@ def test_cells_not_planned_are_left_out() -> None:
 
 
 def test_patched_images_get_the_series_hash_and_the_router_its_own_image() -> None:
-    images = {"baseline": {"ref": "vllm/vllm-openai:v0.33.0"},
-              "patched": {"base": "vllm/vllm-openai:v0.33.0", "patches": "docker/patches/series"}}
+    images = {
+        "baseline": {"ref": "vllm/vllm-openai:v0.33.0"},
+        "patched": {"base": "vllm/vllm-openai:v0.33.0", "patches": "docker/patches/series"},
+    }
     config = _config(images=images)
     values = render_values(config, list(plan(config).planned()))
     want = series_hash(read_series(REPO / "docker" / "patches" / "series"))
@@ -115,8 +129,12 @@ def test_a_pip_requirement_cannot_go_to_a_cluster() -> None:
 
 def test_a_missing_patch_series_is_named() -> None:
     """Loading refuses it (canary.config.load); a config built in code still meets render_values' own check."""
-    images = {"patched": {"ref": "ghcr.io/vllm-canary/vllm-patched:v0.33.0-000000000000",
-                          "patches": "docker/patches/no-such-series"}}
+    images = {
+        "patched": {
+            "ref": "ghcr.io/vllm-canary/vllm-patched:v0.33.0-000000000000",
+            "patches": "docker/patches/no-such-series",
+        }
+    }
     with pytest.raises(ConfigError, match=r"images\.patched\.patches: patch series 'docker/patches/no-such-"):
         _config(images=images)
     config = CanaryConfig.model_validate({**copy.deepcopy(BASE), "images": images})
@@ -156,7 +174,11 @@ def test_render_values_command_writes_the_file(tmp_path: Path) -> None:
     out = tmp_path / "values.yaml"
     result = subprocess.run(
         [sys.executable, "-m", "canary", "render-values", str(REPO / "configs" / "deepseek-v4.yaml"), "-o", str(out)],
-        capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     values = yaml.safe_load(out.read_text())
@@ -168,7 +190,11 @@ def test_render_values_command_writes_the_file(tmp_path: Path) -> None:
 def test_render_values_command_refuses_the_cpu_default() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "canary", "render-values", str(REPO / "configs" / "cpu-default.yaml")],
-        capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
     )
     assert result.returncode == 2
     assert "builtin:tiny" in result.stderr and "Traceback" not in result.stderr
@@ -192,8 +218,12 @@ def test_a_cpu_platform_requests_no_gpu_and_no_cuda_transport(tmp_path: Path) ->
         platform="cpu",
         models=[{"name": "tiny", "source": "/models/tiny", "max_model_len": 2048}],
         images={"baseline": {"ref": "localhost/vllm-canary-cpu:0.32.0"}},
-        matrix={"attention_backends": ["CPU_ATTN"], "prefill_block_sizes": [32], "runners": ["v1"],
-                "topologies": ["pd-nixl"]},
+        matrix={
+            "attention_backends": ["CPU_ATTN"],
+            "prefill_block_sizes": [32],
+            "runners": ["v1"],
+            "topologies": ["pd-nixl"],
+        },
     )
     values = render_values(config, list(plan(config).cells))
     cell = values["cells"][0]
@@ -204,7 +234,10 @@ def test_a_cpu_platform_requests_no_gpu_and_no_cuda_transport(tmp_path: Path) ->
     path.write_text(yaml.safe_dump(values))
     rendered = subprocess.run(
         [str(REPO / ".cache" / "tools" / "helm"), "template", "t", str(REPO / "helm" / "vllm-pd"), "-f", str(path)],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert rendered.returncode == 0, rendered.stderr
     assert "nvidia.com/gpu" not in rendered.stdout

@@ -106,17 +106,24 @@ def pod(
     container = "router" if role == "router" else "vllm"
     conditions = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": _ts(T0)}]
     ready = ready_after is not None and waiting is None
-    conditions.append({
-        "type": "Ready",
-        "status": "True" if ready else "False",
-        "lastTransitionTime": _ts(T0 + timedelta(seconds=ready_after or 0)),
-    })
+    conditions.append(
+        {
+            "type": "Ready",
+            "status": "True" if ready else "False",
+            "lastTransitionTime": _ts(T0 + timedelta(seconds=ready_after or 0)),
+        }
+    )
     state: dict[str, Any] = {"running": {"startedAt": _ts(T0)}}
     if waiting:
         state = {"waiting": {"reason": waiting[0], "message": waiting[1]}}
     status: dict[str, Any] = {
-        "name": container, "ready": ready, "restartCount": restarts, "state": state,
-        "image": cell.image_ref, "imageID": "", "started": ready,
+        "name": container,
+        "ready": ready,
+        "restartCount": restarts,
+        "state": state,
+        "image": cell.image_ref,
+        "imageID": "",
+        "started": ready,
     }
     if last_terminated:
         status["lastState"] = {"terminated": {"reason": last_terminated[0], "exitCode": last_terminated[1]}}
@@ -211,12 +218,20 @@ def test_crash_looping_decode_keeps_the_failure_signature(
 ) -> None:
     cell = cells["pd"]
     decode_pod = f"{cell.k8s_name}-decode-5c4b-fghij"
-    crashing = pod(decode_pod, cell, "decode", restarts=4, waiting=("CrashLoopBackOff", "back-off 2m40s restarting"),
-                   last_terminated=("Error", 1))
+    crashing = pod(
+        decode_pod,
+        cell,
+        "decode",
+        restarts=4,
+        waiting=("CrashLoopBackOff", "back-off 2m40s restarting"),
+        last_terminated=("Error", 1),
+    )
     deploy_pd(cluster, cell, decode=crashing)
     cluster.log(NAMESPACE, decode_pod, "vllm", "INFO Starting vLLM API server\n")
     cluster.log(
-        NAMESPACE, decode_pod, "vllm",
+        NAMESPACE,
+        decode_pod,
+        "vllm",
         f"INFO Using FLASHINFER attention backend\nERROR Engine core initialization failed.\n{OVERRUN}\n",
         previous=True,
     )
@@ -269,10 +284,16 @@ def test_pods_of_other_releases_and_runs_are_ignored(cluster: KmockCluster, cell
 
 def test_image_pull_failure_is_reported_at_once(cluster: KmockCluster, cells: dict[str, Cell]) -> None:
     cell = cells["agg"]
-    cluster.put("v1/pods", NAMESPACE, pod(
-        "agg-pod", cell, "aggregated",
-        waiting=("ImagePullBackOff", 'Back-off pulling image "vllm/vllm-openai:v0.33.0"'),
-    ))
+    cluster.put(
+        "v1/pods",
+        NAMESPACE,
+        pod(
+            "agg-pod",
+            cell,
+            "aggregated",
+            waiting=("ImagePullBackOff", 'Back-off pulling image "vllm/vllm-openai:v0.33.0"'),
+        ),
+    )
     cluster.put("v1/services", NAMESPACE, service(cell, "aggregated"))
     found = target_for(cluster).discover([cell], with_logs=False)[cell.id]
     assert found.status == "failed"
@@ -307,8 +328,9 @@ def test_wait_gives_up_at_the_deadline(cluster: KmockCluster, cells: dict[str, C
     def sleep(seconds: float) -> None:
         now[0] += seconds
 
-    target = target_for(cluster, config=_config(ready_timeout_s=20), clock=lambda: now[0], sleep=sleep,
-                        poll_interval_s=5.0)
+    target = target_for(
+        cluster, config=_config(ready_timeout_s=20), clock=lambda: now[0], sleep=sleep, poll_interval_s=5.0
+    )
     found = target.wait_for(cell)
     assert found.status == "starting"
     assert found.detail.startswith("not ready after 20s")
@@ -338,12 +360,20 @@ def test_forbidden_api_reads_fail_clearly(cluster: KmockCluster, cells: dict[str
 
 def test_connects_through_a_kubeconfig(cluster: KmockCluster, cells: dict[str, Cell], tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-        "clusters": [{"name": "kmock", "cluster": {"server": cluster.url}}],
-        "users": [{"name": "canary", "user": {"token": "not-checked-by-kmock"}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "canary", "namespace": NAMESPACE}}],
-    }))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "kmock",
+                "clusters": [{"name": "kmock", "cluster": {"server": cluster.url}}],
+                "users": [{"name": "canary", "user": {"token": "not-checked-by-kmock"}}],
+                "contexts": [
+                    {"name": "kmock", "context": {"cluster": "kmock", "user": "canary", "namespace": NAMESPACE}}
+                ],
+            }
+        )
+    )
     deploy_pd(cluster, cells["pd"])
     config = _config(in_cluster=False, kubeconfig=str(kubeconfig))
     target = KubernetesTarget(config)
@@ -366,11 +396,26 @@ def test_the_startup_classifier_names_the_failure_from_kubernetes_logs(
     classified as the KV-view overrun, not as the generic engine-init wrapper."""
     cell = cells["pd"]
     decode_pod = f"{cell.k8s_name}-decode-5c4b-fghij"
-    deploy_pd(cluster, cell, decode=pod(decode_pod, cell, "decode", restarts=2,
-                                        waiting=("CrashLoopBackOff", "back-off"), last_terminated=("Error", 1)))
+    deploy_pd(
+        cluster,
+        cell,
+        decode=pod(
+            decode_pod,
+            cell,
+            "decode",
+            restarts=2,
+            waiting=("CrashLoopBackOff", "back-off"),
+            last_terminated=("Error", 1),
+        ),
+    )
     cluster.log(NAMESPACE, decode_pod, "vllm", "INFO Starting vLLM API server\n")
-    cluster.log(NAMESPACE, decode_pod, "vllm",
-                f"ERROR Engine core initialization failed. See root cause above.\n{OVERRUN}\n", previous=True)
+    cluster.log(
+        NAMESPACE,
+        decode_pod,
+        "vllm",
+        f"ERROR Engine core initialization failed. See root cause above.\n{OVERRUN}\n",
+        previous=True,
+    )
     found = target_for(cluster).discover([cell])[cell.id]
     verdict = classify(found.logs)
     assert verdict.failure_class == "kv-view-overrun"
@@ -384,11 +429,20 @@ def test_the_startup_check_fails_a_crash_looping_kubernetes_cell_with_its_signat
 
     cell = cells["pd"]
     decode_pod = f"{cell.k8s_name}-decode-5c4b-fghij"
-    deploy_pd(cluster, cell, decode=pod(decode_pod, cell, "decode", restarts=3,
-                                        waiting=("CrashLoopBackOff", "back-off"), last_terminated=("Error", 1)))
+    deploy_pd(
+        cluster,
+        cell,
+        decode=pod(
+            decode_pod,
+            cell,
+            "decode",
+            restarts=3,
+            waiting=("CrashLoopBackOff", "back-off"),
+            last_terminated=("Error", 1),
+        ),
+    )
     cluster.log(NAMESPACE, decode_pod, "vllm", "INFO Starting vLLM API server\n")
-    cluster.log(NAMESPACE, decode_pod, "vllm", f"{OVERRUN}\nERROR Engine core initialization failed.\n",
-                previous=True)
+    cluster.log(NAMESPACE, decode_pod, "vllm", f"{OVERRUN}\nERROR Engine core initialization failed.\n", previous=True)
     target = target_for(cluster)
     with target.deploy(cell, tmp_path / "logs") as deployment:
         ctx = CheckContext(cell=cell, deployment=deployment, config=target.config, cell_dir=tmp_path)

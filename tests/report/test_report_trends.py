@@ -96,9 +96,7 @@ def test_every_grid_and_table_link_lands_on_a_cell(history: tuple[RunResult, Tre
     expected = [c for c in run.cells if c.verdict == "expected-fail"]
     unsearched = [x for x in searches(run) if x.skipped]
     assert (
-        len(links)
-        == 3 * len(run.cells) + len(not_passing(run)) + len(expected) + len(unsearched)
-        == 3 * 16 + 5 + 4 + 1
+        len(links) == 3 * len(run.cells) + len(not_passing(run)) + len(expected) + len(unsearched) == 3 * 16 + 5 + 4 + 1
     )
     assert set(links) <= ids
     heatmaps = [svg for svg in _svgs(page) if "<a href='#cell-" in svg]

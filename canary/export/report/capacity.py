@@ -190,9 +190,7 @@ def html_section(run: RunResult, colors: dict[str, str]) -> str:
     rows = gain_rows(run)
     if rows:
         head = "".join(f"<th>{escape(h)}</th>" for h in GAIN_HEADERS)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{escape(v)}</td>" for v in values) + "</tr>" for _, _, values in rows
-        )
+        body = "".join("<tr>" + "".join(f"<td>{escape(v)}</td>" for v in values) + "</tr>" for _, _, values in rows)
         said = " ".join(f"{escape(a[0].upper() + a[1:])}." for a in assumptions(run))
         parts.append(
             "<h3 id='disaggregation-gain'>Disaggregation gain per backend and block size</h3>"

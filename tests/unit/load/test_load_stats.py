@@ -478,8 +478,18 @@ def _closed_loop(seed: int, slowdown: float, requests: int = 40, users: int = 4,
         sent = free_at[user]
         free_at[user] = sent + e2e
         samples.append(
-            Sample(index=index, warmup=False, sent_at=sent, ended_at=sent + e2e, expected_prompt_tokens=64,
-                   expected_output_tokens=32, ttft_s=e2e / 5, e2e_s=e2e, output_tokens=32, prompt_tokens=64)
+            Sample(
+                index=index,
+                warmup=False,
+                sent_at=sent,
+                ended_at=sent + e2e,
+                expected_prompt_tokens=64,
+                expected_output_tokens=32,
+                ttft_s=e2e / 5,
+                e2e_s=e2e,
+                output_tokens=32,
+                prompt_tokens=64,
+            )
         )
     return samples
 

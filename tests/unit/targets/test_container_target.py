@@ -121,8 +121,11 @@ def test_each_image_keeps_its_engines_compile_cache_on_the_host() -> None:
         "images.kernel32.ref=registry.example.com/me/vllm:kernel32", "images.kernel32.patches=null"
     )
     homes = {}
-    for cell_id in ("agg.cpu_attn.b128.auto.v1.baseline", "pd.cpu_attn.p32-d32.auto.v1.baseline",
-                    "agg.cpu_attn.b128.auto.v1.kernel32"):
+    for cell_id in (
+        "agg.cpu_attn.b128.auto.v1.baseline",
+        "pd.cpu_attn.p32-d32.auto.v1.baseline",
+        "agg.cpu_attn.b128.auto.v1.kernel32",
+    ):
         for server in target.describe(_cell(config, cell_id))["servers"]:  # type: ignore[attr-defined]
             if server["role"] == "router":
                 continue

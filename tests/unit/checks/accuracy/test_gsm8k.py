@@ -97,10 +97,20 @@ def test_completions_url() -> None:
 def test_questions_from_samples_merges_filters() -> None:
     common = {"doc_id": 7, "doc": {"question": "Q?"}, "target": "1 + 1 = 2\n#### 2", "prompt_hash": "ab" * 32}
     samples = [
-        {**common, "filter": "strict-match", "resps": [["1 + 1 = 2\n#### 2"]], "filtered_resps": ["2"],
-         "exact_match": 1.0},
-        {**common, "filter": "flexible-extract", "resps": [["1 + 1 = 2\n#### 2"]], "filtered_resps": ["2"],
-         "exact_match": 1.0},
+        {
+            **common,
+            "filter": "strict-match",
+            "resps": [["1 + 1 = 2\n#### 2"]],
+            "filtered_resps": ["2"],
+            "exact_match": 1.0,
+        },
+        {
+            **common,
+            "filter": "flexible-extract",
+            "resps": [["1 + 1 = 2\n#### 2"]],
+            "filtered_resps": ["2"],
+            "exact_match": 1.0,
+        },
     ]
     (q,) = gsm8k.questions_from_samples(samples)
     assert (q.doc_id, q.strict_correct, q.flexible_correct, q.output) == (7, True, True, "1 + 1 = 2\n#### 2")
@@ -205,17 +215,21 @@ def test_runner_reports_an_unreachable_server(data_dir: Path, tmp_path: Path) ->
 
 def _answers(pattern: list[bool]) -> Any:
     def run(ids: Any) -> list[QuestionResult]:
-        return [
-            QuestionResult(i, "q", "t", f"h{i}", "out", "1", "1", pattern[i], pattern[i]) for i in ids
-        ]
+        return [QuestionResult(i, "q", "t", f"h{i}", "out", "1", "1", pattern[i], pattern[i]) for i in ids]
 
     return run
 
 
 def test_sequential_collapsed_cell_stops_after_the_first_batch() -> None:
     outcome = evaluate_sequentially(
-        list(range(100)), _answers([False] * 100), batch_size=25, early_stop=True, threshold=0.5,
-        confidence=0.95, paired_alpha=0.01, control=None,
+        list(range(100)),
+        _answers([False] * 100),
+        batch_size=25,
+        early_stop=True,
+        threshold=0.5,
+        confidence=0.95,
+        paired_alpha=0.01,
+        control=None,
     )
     assert outcome.stopped_early and len(outcome.questions) == 25
     assert outcome.absolute is not None and outcome.absolute.decision == "fail"
@@ -224,8 +238,14 @@ def test_sequential_collapsed_cell_stops_after_the_first_batch() -> None:
 def test_sequential_healthy_cell_at_its_expected_accuracy_runs_everything() -> None:
     pattern = [i % 10 < 6 for i in range(100)]  # 0.60, threshold 0.60 (tolerance 0)
     outcome = evaluate_sequentially(
-        list(range(100)), _answers(pattern), batch_size=25, early_stop=True, threshold=0.6,
-        confidence=0.95, paired_alpha=0.01, control=None,
+        list(range(100)),
+        _answers(pattern),
+        batch_size=25,
+        early_stop=True,
+        threshold=0.6,
+        confidence=0.95,
+        paired_alpha=0.01,
+        control=None,
     )
     assert not outcome.stopped_early and len(outcome.questions) == 100
     assert outcome.absolute is not None and outcome.absolute.decision == "pass"
@@ -234,8 +254,14 @@ def test_sequential_healthy_cell_at_its_expected_accuracy_runs_everything() -> N
 
 def test_sequential_healthy_cell_passes_early_with_a_tolerance() -> None:
     outcome = evaluate_sequentially(
-        list(range(100)), _answers([True] * 100), batch_size=25, early_stop=True, threshold=0.6,
-        confidence=0.95, paired_alpha=0.01, control=None,
+        list(range(100)),
+        _answers([True] * 100),
+        batch_size=25,
+        early_stop=True,
+        threshold=0.6,
+        confidence=0.95,
+        paired_alpha=0.01,
+        control=None,
     )
     assert outcome.stopped_early and len(outcome.questions) == 25
 
@@ -245,8 +271,14 @@ def test_sequential_paired_gate_catches_a_pd_loss_the_absolute_gate_misses() -> 
     pd = [i % 8 != 0 for i in range(100)]
     control = {i: (True, f"h{i}") for i in range(100)}
     outcome = evaluate_sequentially(
-        list(range(100)), _answers(pd), batch_size=25, early_stop=True, threshold=0.5,
-        confidence=0.95, paired_alpha=0.01, control=control,
+        list(range(100)),
+        _answers(pd),
+        batch_size=25,
+        early_stop=True,
+        threshold=0.5,
+        confidence=0.95,
+        paired_alpha=0.01,
+        control=control,
     )
     assert outcome.absolute is not None and outcome.absolute.decision != "fail"
     assert outcome.paired is not None and outcome.paired.decision == "fail"
@@ -258,8 +290,14 @@ def test_sequential_paired_gate_catches_a_pd_loss_the_absolute_gate_misses() -> 
 def test_sequential_pairs_only_identical_prompts() -> None:
     control = {i: (True, "other-hash") for i in range(10)}
     outcome = evaluate_sequentially(
-        list(range(10)), _answers([False] * 10), batch_size=10, early_stop=False, threshold=None,
-        confidence=0.95, paired_alpha=0.01, control=control,
+        list(range(10)),
+        _answers([False] * 10),
+        batch_size=10,
+        early_stop=False,
+        threshold=None,
+        confidence=0.95,
+        paired_alpha=0.01,
+        control=control,
     )
     assert outcome.paired_count == 0 and outcome.prompt_mismatches == 10
     assert outcome.paired is not None and outcome.paired.decision == "pass"
@@ -267,8 +305,14 @@ def test_sequential_pairs_only_identical_prompts() -> None:
 
 def test_no_early_stop_single_look() -> None:
     outcome = evaluate_sequentially(
-        list(range(40)), _answers([False] * 40), batch_size=10, early_stop=False, threshold=0.5,
-        confidence=0.95, paired_alpha=0.01, control=None,
+        list(range(40)),
+        _answers([False] * 40),
+        batch_size=10,
+        early_stop=False,
+        threshold=0.5,
+        confidence=0.95,
+        paired_alpha=0.01,
+        control=None,
     )
     assert len(outcome.questions) == 40 and len(outcome.looks) == 1
     assert outcome.absolute is not None and outcome.absolute.confidence == 0.95
