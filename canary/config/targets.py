@@ -46,7 +46,8 @@ class LocalTargetConfig(Strict):
         "sharing their cores is not starved by what it measures (its lag check would mark the cell invalid). "
         "0: same priority. Each server's session (its scheduler autogroup) gets this nice too: with autogroups on, a "
         "process nice alone does not rank the server against the client, whose lag p99 beside a P/D pair on 2 cores "
-        "fell from 30-140 ms to 13-20 ms with it.",
+        "fell from 30-140 ms to 13-20 ms with it. The container target weighs its containers' parent cgroup like "
+        "this nice instead (canary.targets.cgroup_weight), where the CLI's cgroups are plain directories.",
     )
     helper_cpus: Annotated[list[NonNegativeInt], Field(min_length=1)] | Literal["auto"] | None = Field(
         "auto",

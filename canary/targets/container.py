@@ -35,8 +35,9 @@ from canary.images.table import cpu_engine_ref, is_image_reference, router_ref
 from canary.model.ref import local_model_dir, resolve_model
 from canary.paths import CACHE_DIR, REPO_ROOT
 from canary.plan.cell import Cell
-from canary.targets import processes
+from canary.targets import cgroup_weight, processes
 from canary.targets.base import Deployment
+from canary.targets.cgroup_weight import WeightedParent
 from canary.targets.container_cli import (
     CELL_LABEL,
     MANAGED_LABEL,
@@ -105,6 +106,7 @@ class ContainerTarget(LocalTarget):
         self._digests: dict[str, str] = {}
         self._live: dict[str, str] = {}  # container name -> role, while it may run
         self._paused: set[str] = set()  # containers `freeze` paused and nothing has continued yet
+        self._parent: WeightedParent | str | None = None  # cgroup_parent(), once asked
 
     # ------------------------------------------------------------------ images
 
@@ -289,6 +291,7 @@ class ContainerTarget(LocalTarget):
                 f"{CELL_LABEL}={cell.k8s_name}",
                 "--label",
                 f"{ROLE_LABEL}={plan.role}",
+                *self._cgroup_args(),
                 *mounts,
                 *[arg for key, value in sorted(env.items()) for arg in ("-e", f"{key}={value}")],
                 *self.container.run_args,
@@ -300,6 +303,17 @@ class ContainerTarget(LocalTarget):
             run = ServerPlan(plan.role, argv, self.cli_env(), plan.port, plan.metrics_port, plan.side_ports)
             out.append((run, name))
         return out
+
+    def cgroup_parent(self) -> WeightedParent | str:
+        """The weighted parent cgroup the containers run under (canary.targets.cgroup_weight), prepared on
+        first use; or why there is none (then they run where the CLI puts them)."""
+        if self._parent is None:
+            self._parent = cgroup_weight.prepare(self.settings.nice, self.cli.cgroup_manager())
+        return self._parent
+
+    def _cgroup_args(self) -> list[str]:
+        parent = self._parent
+        return ["--cgroup-parent", parent.cli_value] if isinstance(parent, WeightedParent) else []
 
     def home_cache(self, image_key: str, image: str) -> Path:
         """The host folder an image's engines keep HOME and their compile caches in: keyed by the image's id
@@ -400,12 +414,14 @@ class ContainerTarget(LocalTarget):
                 home = self.home_cache(key, ref)
                 home.mkdir(parents=True, exist_ok=True)
                 home.chmod(0o777)
+        parent = self.cgroup_parent()
         plans = self.container_plans(cell, local, model_path, images)
         layouts = {p.role: Path(p.env[LAYOUT_DIR_ENV]) for p in local if LAYOUT_DIR_ENV in p.env}
         deployment = Deployment(cell=cell, base_url="", served_model=cell.model)
         deployment.evidence["containers"] = {
             p.role: {"name": name, "image": self._image_of(cell, p.role)} for p, name in plans
         }
+        deployment.evidence["cpu_weight"] = parent.to_json() if isinstance(parent, WeightedParent) else parent
         deployment.evidence["image_digests"] = {
             role: self._digests.get(cell.image_for(role), "") for role in self._engine_roles(cell)
         }
@@ -421,6 +437,10 @@ class ContainerTarget(LocalTarget):
             self._record_pids(deployment, plans)
             if not deployment.started:
                 self._stop_containers(deployment, started)
+            elif isinstance(parent, WeightedParent):
+                self._place_helpers(deployment)
+            elif self.helper_cpus(cell) is not None:
+                deployment.evidence["helper_cpus"] = {"skipped": f"no weighted cgroup parent: {parent}"}
             yield deployment
         finally:
             try:

@@ -217,6 +217,12 @@ class ContainerCli:
                 raise ContainerError(f"{hung}\nstill there: {', '.join(left)}") from None
             warn_stderr(f"{hung} (every container named is gone)")
 
+    def cgroup_manager(self) -> str:
+        """How the CLI creates cgroups: `cgroupfs` (plain directories) or `systemd` (units); "" if unknown."""
+        fmt = "{{.Host.CgroupManager}}" if self.flavour == "podman" else "{{.CgroupDriver}}"
+        done = self.call("info", "--format", fmt, what="info")
+        return done.stdout.strip() if done.returncode == 0 else ""
+
     def names(self) -> list[str]:
         """The names of every container the CLI lists (running or not)."""
         return self.check("ps", "-a", "--format", "{{.Names}}", what="ps").split()

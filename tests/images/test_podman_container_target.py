@@ -124,6 +124,13 @@ def _cpu_ticks(pids: set[int]) -> int:
     return ticks
 
 
+def _cpu_cgroup(pid: int) -> str:
+    """The process's cgroup in the cpu hierarchy (v1), else its unified one (v2)."""
+    lines = [line.split(":", 2) for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()]
+    v1 = [path for _, controllers, path in lines if "cpu" in controllers.split(",")]
+    return v1[0] if v1 else next(path for _, controllers, path in lines if controllers == "")
+
+
 def _complete(deployment: Any, prompt: str) -> str:
     body = json.dumps({"model": deployment.served_model, "prompt": prompt, "max_tokens": 8, "temperature": 0})
     request = urllib.request.Request(
@@ -133,13 +140,15 @@ def _complete(deployment: Any, prompt: str) -> str:
         return str(json.loads(response.read())["choices"][0]["text"])
 
 
-def test_a_pd_pair_frozen_in_its_containers_takes_no_cpu_serves_after_its_thaw_and_stops_on_sigterm(
+def test_a_pd_pair_in_containers_is_placed_freezes_serves_after_its_thaw_and_stops_on_sigterm(
     tmp_path: Path,
 ) -> None:
-    """What the runner does with a baseline pair kept for a paired check (canary.run.held), with
-    `podman pause`: frozen, no process of its containers takes CPU and the router does not answer;
-    thawed, the pair answers; left frozen at the deployment's end, it still stops on SIGTERM (its
-    containers are continued first), not by the SIGKILL of `rm -f`, and nothing is left."""
+    """Placed like a local pair: every container under the weighted parent cgroup (the servers rank
+    below the load client) and the router on the helper cores. Then what the runner does with a
+    baseline pair kept for a paired check (canary.run.held), with `podman pause`: frozen, no process
+    of its containers takes CPU and the router does not answer; thawed, the pair answers; left frozen
+    at the deployment's end, it still stops on SIGTERM (its containers are continued first), not by
+    the SIGKILL of `rm -f`, and nothing is left."""
     config = _config()
     cell = next(c for c in plan(config).planned() if c.id == "pd.cpu_attn.p32-d32.auto.v1.baseline")  # type: ignore[arg-type]
     target = ContainerTarget(config)  # type: ignore[arg-type]
@@ -149,6 +158,13 @@ def test_a_pd_pair_frozen_in_its_containers_takes_no_cpu_serves_after_its_thaw_a
         before_freeze = _complete(deployment, "Question: 2 + 2 = ?\nAnswer:")
         leaders = {s.pid for s in deployment.servers.values() if s.pid is not None}
         assert len(leaders) == 3, deployment.servers  # prefill, decode, router: each its container's first process
+        weight = deployment.evidence["cpu_weight"]  # below the client, as a local server's session is ranked
+        assert isinstance(weight, dict) and weight["cgroup_parent"] == "/vllm-canary", weight
+        assert all(_cpu_cgroup(leader).startswith("/vllm-canary/") for leader in leaders)
+        helpers = target.helper_cpus(cell)  # on CPU P/D: prefill's cores (core 0 of 2)
+        router_pid = deployment.servers["router"].pid
+        assert helpers and deployment.helper_cpus == helpers, deployment.evidence.get("helper_cpus")
+        assert router_pid is not None and os.sched_getaffinity(router_pid) == set(helpers), "router not moved"
         pids = leaders | {pid for leader in leaders for pid in processes.descendants(leader)}
         assert target.freeze(deployment)
         names = [c["name"] for c in deployment.evidence["containers"].values()]  # type: ignore[attr-defined]

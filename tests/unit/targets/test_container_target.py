@@ -292,3 +292,20 @@ def test_a_deployment_that_did_not_start_is_not_frozen(tmp_path: Path) -> None:
     deployment.started = False
     assert not target.freeze(deployment)
     assert not record.exists()
+
+
+def test_every_container_runs_under_the_weighted_parent_once_it_is_prepared(tmp_path: Path) -> None:
+    from canary.targets import cgroup_weight
+
+    target, config = _target()
+    cell = _cell(config, "pd.cpu_attn.p32-d64.auto.v1.baseline")
+    before = {s["role"]: s["argv"] for s in target.describe(cell)["servers"]}  # type: ignore[attr-defined]
+    assert not any("--cgroup-parent" in argv for argv in before.values())  # a dry run prepares nothing
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.shares").write_text("1024")
+    target._parent = cgroup_weight.prepare(config.target.local.nice, "cgroupfs", tmp_path)
+    after = {s["role"]: s["argv"] for s in target.describe(cell)["servers"]}  # type: ignore[attr-defined]
+    assert list(after) == ["prefill", "decode", "router"]
+    for argv in after.values():
+        assert argv[argv.index("--cgroup-parent") + 1] == "/vllm-canary"
+        assert argv.index("--cgroup-parent") < argv.index("--entrypoint")  # a run option, not the command's
