@@ -458,13 +458,10 @@ class ContainerTarget(LocalTarget):
             return False
         self._paused.update(names)  # a pause that fails half-way is continued below
         try:
-            done = self.cli.call("pause", *names, what="pause")
-            if done.returncode == 0:
-                return True
-            failure = f"exit {done.returncode}: {' '.join((done.stderr or done.stdout).strip().splitlines()[-1:])}"
+            self.cli.check("pause", *names, what=f"pause {' '.join(names)}")
+            return True
         except ContainerError as error:
-            failure = str(error)
-        warn_stderr(f"{self.cli.program} pause {' '.join(names)} failed ({failure}); it is not kept frozen")
+            warn_stderr(f"{error}; it is not kept frozen")
         self._unpause(names)
         return False
 
@@ -487,13 +484,9 @@ class ContainerTarget(LocalTarget):
             return
         self._paused.difference_update(paused)
         try:
-            done = self.cli.call("unpause", *paused, what="unpause")
+            self.cli.check("unpause", *paused, what=f"unpause {' '.join(paused)}")
         except ContainerError as error:
             warn_stderr(str(error))
-            return
-        if done.returncode != 0:
-            detail = " ".join((done.stderr or done.stdout).strip().splitlines()[-1:])
-            warn_stderr(f"{self.cli.program} unpause {' '.join(paused)} failed (exit {done.returncode}: {detail})")
 
     @staticmethod
     def _engine_roles(cell: Cell) -> list[str]:

@@ -232,22 +232,23 @@ def _recording_cli(tmp_path: Path, failing: str = "") -> tuple[ContainerCli, Pat
     return ContainerCli("podman", str(script), {"PATH": "/usr/bin:/bin"}), record
 
 
-def _started_pair(target: ContainerTarget, config: Any) -> Any:
+def _started_pair(tmp_path: Path, failing: str = "") -> tuple[ContainerTarget, Any, Path]:
+    """The container target on the recording CLI, with a P/D pair it started (prefill, decode, router)."""
     from canary.targets.base import Deployment
 
+    cli, record = _recording_cli(tmp_path, failing)
+    config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["target.kind=container"])
+    target = ContainerTarget(config, cli=cli)
     cell = _cell(config, "pd.cpu_attn.p32-d32.auto.v1.baseline")
     deployment = Deployment(cell=cell, base_url="http://127.0.0.1:1", served_model=cell.model, started=True)
     names = {"prefill": "c-prefill", "decode": "c-decode", "router": "c-router"}
     deployment.evidence["containers"] = {role: {"name": name, "image": "x"} for role, name in names.items()}
     target._live.update({name: role for role, name in names.items()})
-    return deployment
+    return target, deployment, record
 
 
 def test_a_frozen_pair_is_continued_before_its_stop_so_it_acts_on_sigterm(tmp_path: Path) -> None:
-    cli, record = _recording_cli(tmp_path)
-    config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["target.kind=container"])
-    target = ContainerTarget(config, cli=cli)
-    deployment = _started_pair(target, config)
+    target, deployment, record = _started_pair(tmp_path)
     assert target.freeze(deployment)
     target._stop_containers(deployment, {})
     calls = record.read_text().splitlines()
@@ -260,10 +261,7 @@ def test_a_frozen_pair_is_continued_before_its_stop_so_it_acts_on_sigterm(tmp_pa
 def test_a_pause_that_fails_is_a_warning_and_continues_what_did_pause(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cli, record = _recording_cli(tmp_path, failing="pause")
-    config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["target.kind=container"])
-    target = ContainerTarget(config, cli=cli)
-    deployment = _started_pair(target, config)
+    target, deployment, record = _started_pair(tmp_path, failing="pause")
     assert not target.freeze(deployment)
     err = capsys.readouterr().err
     assert "canary: warning:" in err and "pause c-router c-prefill c-decode failed (exit 125" in err
@@ -275,20 +273,14 @@ def test_a_pause_that_fails_is_a_warning_and_continues_what_did_pause(
 def test_a_thaw_that_fails_warns_and_leaves_the_readiness_wait_to_decide(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cli, _ = _recording_cli(tmp_path, failing="unpause")
-    config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["target.kind=container"])
-    target = ContainerTarget(config, cli=cli)
-    deployment = _started_pair(target, config)
+    target, deployment, _ = _started_pair(tmp_path, failing="unpause")
     assert target.freeze(deployment)
     target.thaw(deployment)  # does not raise: canary.run.held then finds it silent and deploys afresh
     assert "unpause c-router c-prefill c-decode failed (exit 125" in capsys.readouterr().err
 
 
 def test_a_deployment_that_did_not_start_is_not_frozen(tmp_path: Path) -> None:
-    cli, record = _recording_cli(tmp_path)
-    config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["target.kind=container"])
-    target = ContainerTarget(config, cli=cli)
-    deployment = _started_pair(target, config)
+    target, deployment, record = _started_pair(tmp_path)
     deployment.started = False
     assert not target.freeze(deployment)
     assert not record.exists()
