@@ -17,8 +17,10 @@ the counters again and judges the difference:
   way. This also catches partial recompute, which growing bytes alone would not.
 
 Aggregated cells move no KV: they get a `skipped` result ("not applicable"), which never changes
-a cell's verdict. Without a snapshot (the runner's hook did not run) the counters are compared
-with zero, i.e. since the decode process started, and the evidence says so.
+a cell's verdict. Missing evidence is never a zero: a counter a gate reads that decode does not
+export (before or after the checks), or no snapshot before the checks (the hook failed: its error is
+named), makes the check `invalid`, naming what was missing; it is not compared with zero (totals
+since the decode process started would include traffic of earlier cells).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ ZERO = KvCounters(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 def read_counters(samples: list[promtext.Sample]) -> KvCounters:
-    """The counters from one scrape (absent metrics read as 0)."""
+    """The counters from one scrape (absent ones read as 0: missing_counters names those the gates need)."""
     return KvCounters(
         bytes_transferred=promtext.total(samples, "vllm:nixl_bytes_transferred_sum"),
         transfers=promtext.total(samples, "vllm:nixl_bytes_transferred_count"),
@@ -72,6 +74,30 @@ def read_counters(samples: list[promtext.Sample]) -> KvCounters:
         prompt_tokens_cache_hit=promtext.total(samples, "vllm:prompt_tokens_by_source", source="local_cache_hit"),
         requests=promtext.total(samples, "vllm:request_success"),
     )
+
+
+GATED_COUNTERS: tuple[tuple[str, dict[str, str]], ...] = (
+    ("vllm:nixl_bytes_transferred_sum", {}),
+    ("vllm:nixl_bytes_transferred_count", {}),
+    ("vllm:nixl_num_failed_transfers", {}),
+    ("vllm:prompt_tokens_by_source", {"source": "local_compute"}),
+    ("vllm:prompt_tokens_by_source", {"source": "external_kv_transfer"}),
+)
+"""The series the three gates read: each must be exported, or the gates cannot judge (vLLM creates every
+one per engine at start: vllm/v1/metrics/loggers.py, nixl/stats.py)."""
+MISSING_BEFORE_KEY = "kv_transfer.before_missing"
+
+
+def missing_counters(samples: list[promtext.Sample]) -> list[str]:
+    """The gated series (GATED_COUNTERS) absent from one scrape, as selectors:
+    'vllm:nixl_num_failed_transfers', 'vllm:prompt_tokens_by_source{source="local_compute"}'."""
+    missing = []
+    for name, labels in GATED_COUNTERS:
+        names = {name, f"{name}_total"}
+        if not any(s.name in names and all(s.labels.get(k) == v for k, v in labels.items()) for s in samples):
+            selector = ",".join(f'{k}="{v}"' for k, v in labels.items())
+            missing.append(name + (f"{{{selector}}}" if selector else ""))
+    return missing
 
 
 def _decode_metrics_url(ctx: CheckContext) -> str | None:
@@ -86,7 +112,9 @@ def snapshot_before(ctx: CheckContext) -> None:
         return
     url = _decode_metrics_url(ctx)
     if url is not None:
-        ctx.scratch[SCRATCH_KEY] = read_counters(promtext.scrape(url))
+        samples = promtext.scrape(url)
+        ctx.scratch[SCRATCH_KEY] = read_counters(samples)
+        ctx.scratch[MISSING_BEFORE_KEY] = missing_counters(samples)
 
 
 def send_probes(base_url: str, model: str, count: int, timeout_s: float = 120.0) -> int:
@@ -174,17 +202,24 @@ def kv_transfer_check(ctx: CheckContext) -> CheckResult:
             name="kv_transfer", verdict="error", summary="no decode /metrics URL: cannot read NIXL counters"
         )
     before = ctx.scratch.get(SCRATCH_KEY)
-    baseline = "snapshot before the checks"
     if not isinstance(before, KvCounters):
-        hook_error = ctx.scratch.get("kv_transfer.hook_error")
-        baseline = f"decode process start (no snapshot{': ' + str(hook_error) if hook_error else ''})"
-        before = ZERO
+        return _no_snapshot(ctx, url)
     probes_ok = send_probes(ctx.deployment.base_url, ctx.deployment.served_model, settings.probe_requests)
     try:
-        after = read_counters(promtext.scrape(url))
+        samples = promtext.scrape(url)
     except CanaryError as exc:
         return CheckResult(name="kv_transfer", verdict="error", summary=str(exc))
+    after = read_counters(samples)
+    missing = _missing(ctx.scratch.get(MISSING_BEFORE_KEY), missing_counters(samples))
+    if missing:
+        return CheckResult(
+            name="kv_transfer",
+            verdict="invalid",
+            summary=f"decode does not export {'; '.join(missing)} at {url}: the gates cannot judge a missing counter",
+            evidence={"metrics_url": url, "missing_counters": missing, "after": asdict(after)},
+        )
     delta = after.minus(before)
+    baseline = "snapshot before the checks"
     gates = judge(delta, settings.min_bytes, settings.max_recompute_share)
     layout = judge_transfers(_layout(ctx, "prefill"), _layout(ctx, "decode"), ctx.config.platform)
     if ctx.config.checks.startup.layout_probe:
@@ -211,6 +246,25 @@ def kv_transfer_check(ctx: CheckContext) -> CheckResult:
             "layout": layout.evidence if ctx.config.checks.startup.layout_probe else "probe off",
         },
     )
+
+
+def _no_snapshot(ctx: CheckContext, url: str) -> CheckResult:
+    """No counters from before the checks: the growth during the checks is unknown (totals since the decode
+    process started are not it), so the check cannot judge."""
+    hook_error = ctx.scratch.get("kv_transfer.hook_error")
+    why = f"the snapshot before the checks failed: {hook_error}" if hook_error else "no snapshot before the checks"
+    return CheckResult(
+        name="kv_transfer",
+        verdict="invalid",
+        summary=f"{why}; the decode counters' growth during the checks is unknown",
+        evidence={"metrics_url": url, "missing_snapshot": why},
+    )
+
+
+def _missing(before: object, after: list[str]) -> list[str]:
+    """Counters missing before (as the snapshot recorded) or after the checks, each named once."""
+    earlier = [f"{name} (before the checks)" for name in before] if isinstance(before, list) else []
+    return earlier + [f"{name} (after the checks)" for name in after]
 
 
 def _layout(ctx: CheckContext, role: str) -> dict[str, object] | None:
