@@ -39,14 +39,16 @@ from canary.errors import CanaryError, ConfigError, UsageError
 from canary.export.history import cli as history_cli
 from canary.export.prometheus.publish import pushgateway_url
 from canary.judge.results import RunResult
+from canary.judge.verdicts import INTERRUPTED_EXIT_CODE, OUTCOME_EXIT_CODE
 from canary.model.ref import is_builtin
 from canary.plan.matrix import Plan, plan
 from canary.plan.validate import validate_plan
 from canary.plan.waves import Schedule, select_night
 from canary.vllm_source import catalog_check
 
-EXIT_OK, EXIT_FAILED_CELLS, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-EXIT_BY_OUTCOME: dict[str, int] = {"ok": EXIT_OK, "failed": EXIT_FAILED_CELLS, "inconclusive": EXIT_INCONCLUSIVE}
+EXIT_BY_OUTCOME: dict[str, int] = OUTCOME_EXIT_CODE
+EXIT_OK, EXIT_FAILED_CELLS, EXIT_INCONCLUSIVE = (EXIT_BY_OUTCOME[o] for o in ("ok", "failed", "inconclusive"))
+EXIT_USAGE, EXIT_INTERRUPTED = UsageError.exit_code, INTERRUPTED_EXIT_CODE
 
 
 class ExitCode(NamedTuple):
@@ -380,8 +382,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 
 def exit_code(run: RunResult) -> int:
-    """The exit code of `canary run` for a finished run: interrupted, else by outcome."""
-    return EXIT_INTERRUPTED if run.interrupted else EXIT_BY_OUTCOME[run.outcome]
+    """The exit code of `canary run` for a finished run: interrupted, else by outcome (results.json's exit_code)."""
+    return run.exit_code
 
 
 def run_needs(config: CanaryConfig, env: Mapping[str, str]) -> list[str]:

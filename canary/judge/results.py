@@ -9,12 +9,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, computed_field, model_validator
 
 from canary.core.yaml_model import StrictModel
 from canary.judge.verdicts import FAILING_VERDICTS as FAILING_VERDICTS
+from canary.judge.verdicts import INTERRUPTED_EXIT_CODE, OUTCOME_EXIT_CODE, Outcome, outcome_of
 from canary.judge.verdicts import VERDICT_SEVERITY as VERDICT_SEVERITY
-from canary.judge.verdicts import Outcome, outcome_of
 from canary.judge.verdicts import Verdict as Verdict
 from canary.judge.verdicts import worst as worst
 from canary.plan.cell import Cell
@@ -96,6 +96,10 @@ class CellCoverage(_Model):
     this_run: bool = Field(False, description="Whether this run checked it.")
 
 
+DERIVED_KEYS = frozenset({"outcome", "exit_code"})
+"""RunResult's keys in results.json that are computed from the cells, not read back."""
+
+
 class RunResult(_Model):
     """One canary run."""
 
@@ -129,8 +133,25 @@ class RunResult(_Model):
         """Whether no cell has a failing verdict (an inconclusive run is not ok either)."""
         return not any(c.verdict in FAILING_VERDICTS for c in self.cells)
 
+    @computed_field(description="The run's outcome: ok, failed or inconclusive (derived from the cells).")  # type: ignore[prop-decorator]
     @property
     def outcome(self) -> Outcome:
         """failed (a cell has a definitive finding), inconclusive (the only non-passing cells could
         not be measured: invalid or error) or ok."""
         return outcome_of(c.verdict for c in self.cells)
+
+    @computed_field(  # type: ignore[prop-decorator]
+        description="`canary run`'s exit code for this run: 130 if interrupted, else 0 ok, 1 failed, 3 inconclusive."
+    )
+    @property
+    def exit_code(self) -> int:
+        """The exit code `canary run` returns for this run (written into results.json for scripts)."""
+        return INTERRUPTED_EXIT_CODE if self.interrupted else OUTCOME_EXIT_CODE[self.outcome]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_keys(cls, data: Any) -> Any:
+        """results.json carries outcome and exit_code (derived): read back, they are recomputed."""
+        if isinstance(data, dict) and DERIVED_KEYS & data.keys():
+            return {k: v for k, v in data.items() if k not in DERIVED_KEYS}
+        return data

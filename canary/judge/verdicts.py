@@ -93,6 +93,10 @@ OUTCOME_ORDER: tuple[Outcome, ...] = ("ok", "inconclusive", "failed")
 """Run outcomes, best first; the index is the exported run outcome code."""
 OUTCOME_CODES: dict[str, int] = {outcome: code for code, outcome in enumerate(OUTCOME_ORDER)}
 OUTCOME_WORD: dict[str, str] = {"ok": "OK", "inconclusive": "INCONCLUSIVE", "failed": "FAILED"}
+OUTCOME_EXIT_CODE: dict[str, int] = {"ok": 0, "failed": 1, "inconclusive": 3}
+"""`canary run`'s exit code per outcome (canary.cli's EXIT_CODES, results.json's exit_code)."""
+INTERRUPTED_EXIT_CODE = 130
+"""`canary run`'s exit code when Ctrl-C stopped it, whatever the outcome of the cells it ran."""
 _OUTCOME_LOOK: dict[str, Verdict] = {"ok": "pass", "inconclusive": "invalid", "failed": "fail"}
 """Each outcome is shown in the colours of a verdict of its class."""
 OUTCOME_COLOR: dict[str, str] = {o: BY_NAME[v].color for o, v in _OUTCOME_LOOK.items()}

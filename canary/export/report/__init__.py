@@ -6,20 +6,24 @@ writes the run's Prometheus textfile beside them."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from canary.core.atomic import write_atomic
-from canary.judge.results import RunResult
+from canary.judge.results import DERIVED_KEYS, RunResult
 
 if TYPE_CHECKING:
     from canary.export.report.trends import Trends
 
 
 def write_json(run: RunResult, run_dir: Path) -> Path:
-    """Write results.json atomically (temp file + rename: never half-written)."""
-    return write_atomic(run_dir / "results.json", run.model_dump_json(indent=2))
+    """Write results.json atomically (temp file + rename: never half-written), the run's outcome and
+    exit code first (a script reads `.outcome` / `.exit_code` instead of recomputing them)."""
+    data = json.loads(run.model_dump_json())
+    first = {key: data.pop(key) for key in ("schema_version", "run_id", *sorted(DERIVED_KEYS, reverse=True))}
+    return write_atomic(run_dir / "results.json", json.dumps(first | data, indent=2, ensure_ascii=False) + "\n")
 
 
 def point_latest(results_root: Path, run_dir: Path) -> Path:

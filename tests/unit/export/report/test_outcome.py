@@ -101,6 +101,33 @@ def test_a_clean_run_is_ok_and_an_interrupted_one_says_so(base: RunResult) -> No
     assert headline(stopped).startswith("OK (interrupted): ")
 
 
+@pytest.mark.parametrize(
+    ("verdict", "interrupted", "outcome", "code"),
+    [
+        ("pass", False, "ok", 0),
+        ("fail", False, "failed", 1),
+        ("invalid", False, "inconclusive", 3),
+        ("invalid", True, "inconclusive", 130),
+    ],
+)
+def test_results_json_carries_the_outcome_and_exit_code_first_and_reads_back(
+    base: RunResult, tmp_path: Path, verdict: Verdict, interrupted: bool, outcome: str, code: int
+) -> None:
+    """A script reads `.outcome` and `.exit_code` instead of recomputing OK/FAILED/INCONCLUSIVE."""
+    import json
+
+    from canary.export.report import write_json
+
+    cell = _ids(base)[0]
+    run = _with(base, {cell: verdict}).model_copy(update={"interrupted": interrupted})
+    path = write_json(run, tmp_path)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert list(data)[:4] == ["schema_version", "run_id", "outcome", "exit_code"]
+    assert (data["outcome"], data["exit_code"]) == (outcome, code) == (run.outcome, cli.exit_code(run))
+    back = RunResult.model_validate_json(path.read_text(encoding="utf-8"))  # derived keys are not read as input
+    assert back.outcome == outcome and back.exit_code == code and back.cells == run.cells
+
+
 def test_the_exit_codes_are_documented_where_users_look() -> None:
     helptext = cli.build_parser().format_help()
     readme = (CONFIGS_DIR.parent / "README.md").read_text(encoding="utf-8")
