@@ -521,8 +521,10 @@ def test_network_policies_let_the_controller_and_peers_in(helm_home: Path) -> No
         is_router = labels["canary.vllm.dev/role"] == "router"
         assert selects(servers["spec"]["podSelector"], labels) == (not is_router)
         assert selects(routers["spec"]["podSelector"], labels) == is_router
-        # the router and the NIXL peer (same release) reach the servers on any port
-        assert selects(servers["spec"]["ingress"][0]["from"][0]["podSelector"], labels)
+        # the router and the NIXL peer reach the servers on any port through their cell's own policy
+        cell = labels["canary.vllm.dev/cell"]
+        peers = next(p for p in by_kind(cells, "NetworkPolicy") if p["metadata"]["name"] == f"{cell}-peers")
+        assert selects(peers["spec"]["ingress"][0]["from"][0]["podSelector"], labels)
     for policy in (servers, routers):
         peers = policy["spec"]["ingress"][-1]["from"]
         assert any("podSelector" in p and selects(p["podSelector"], controller_labels) for p in peers)

@@ -498,3 +498,23 @@ Name of the ConfigMap that carries the engine site: sitecustomize.py and the KV 
 {{- define "vllm-pd.layoutProbeName" -}}
 {{- printf "%s-layout-probe" .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+
+{{/*
+The NetworkPolicyPeer of the canary controller (a YAML dict): pods with
+networkPolicy.controller.podLabels, in networkPolicy.controller.namespace when one is given (the
+controller runs in another namespace), else in this release's namespace.
+*/}}
+{{- define "vllm-pd.controllerPeer" -}}
+{{- $c := .Values.networkPolicy.controller -}}
+{{- if not $c.podLabels -}}
+{{- fail "networkPolicy.controller.podLabels is empty: it would admit every pod; give labels only the canary controller's pod carries" -}}
+{{- end -}}
+podSelector:
+  matchLabels:
+    {{- toYaml $c.podLabels | nindent 4 }}
+{{- with $c.namespace }}
+namespaceSelector:
+  matchLabels:
+    kubernetes.io/metadata.name: {{ . | quote }}
+{{- end }}
+{{- end -}}
