@@ -11,7 +11,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("canary", "canary.errors", "canary.paths")),
     ("core", ("canary.core",)),
     ("sources", ("canary.vllm_source", "canary.model", "canary.images")),
-    ("config", ("canary.config",)),
+    ("config", ("canary.config", "canary.checks.*.settings")),
     ("plan", ("canary.plan",)),
     ("load", ("canary.load",)),
     ("judge", ("canary.judge",)),
@@ -23,7 +23,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("selftest", ("canary.selftest",)),
     ("cli", ("canary.cli", "canary.__main__")),
 )
-"""(layer, module prefixes) from the bottom up; a prefix covers the module and everything below it."""
+"""(layer, module prefixes) from the bottom up; a prefix covers the module and everything below it, the
+longest prefix wins, and a `*` stands for any one name: every check folder's settings module sits in the
+config layer (canary.config assembles `checks` from them, so a check's settings live beside it)."""
 
 SEPARATE: tuple[tuple[str, str], ...] = (("canary.export.report", "canary.export.prometheus"),)
 """Pairs of packages in one layer that never import each other (two views of the same results)."""

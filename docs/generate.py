@@ -169,13 +169,25 @@ def _first_line(module: str) -> str:
     return doc.splitlines()[0]
 
 
+def _job(prefix: str) -> str:
+    """A prefix's job: its module's first docstring line; for a `*` prefix, the modules it matches and the
+    first one's line."""
+    if "*" not in prefix:
+        return _first_line(prefix)
+    paths = sorted(REPO.glob(prefix.replace(".", "/") + ".py"))
+    modules = [".".join(p.relative_to(REPO).with_suffix("").parts) for p in paths]
+    if not modules:
+        raise SystemExit(f"docs/generate.py: canary.LAYERS names {prefix}, which matches no module")
+    return f"{len(modules)} modules ({', '.join(m.split('.')[-2] for m in modules)}), e.g.: {_first_line(modules[0])}"
+
+
 def layers_snippet() -> str:
     """docs/_snippets/layers.md (included by architecture.md): canary.LAYERS, lowest first, with
     each package's job from the first line of its docstring."""
     rows = ["| # | layer | module | its job (first line of its docstring) |", "|---|---|---|---|"]
     for index, (layer, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            job = _first_line(prefix).replace("|", "\\|")
+            job = _job(prefix).replace("|", "\\|")
             rows.append(f"| {index} | {layer} | `{prefix}` | {job} |")
     return "\n".join(rows) + "\n"
 

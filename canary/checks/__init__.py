@@ -1,10 +1,6 @@
-"""Checks, one folder each (`checks/<name>/check.py` registers it); importing this package registers every check."""
+"""Checks, one folder each: `checks/<name>/check.py` registers it, `settings.py` declares its config section.
 
-from __future__ import annotations
-
-import importlib
-import pkgutil
-
-for _module in pkgutil.iter_modules(__path__):
-    if _module.ispkg:
-        importlib.import_module(f"{__name__}.{_module.name}.check")
+This package imports nothing: canary.config finds the folders on its path (and imports only their
+settings modules, which sit in the config layer); canary.checks.base.specs() imports every
+`check.py` (registering them) on first use.
+"""

@@ -10,6 +10,7 @@ holds each declaration against the config's CheckName and ChecksConfig and the m
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Protocol
 from pydantic import BaseModel
 
 from canary.config import CanaryConfig
+from canary.config.checks import CHECKS_PACKAGE, check_folders
 from canary.judge.results import CellResult, CheckResult
 from canary.plan.cell import Cell
 from canary.plan.matrix import expand
@@ -142,10 +144,15 @@ def before_checks(name: str) -> Callable[[BeforeChecksHook], BeforeChecksHook]:
     return wrap
 
 
+def discover() -> None:
+    """Import every check folder's `check.py` (each registers its check); the folders are canary.config's."""
+    for name in check_folders():
+        importlib.import_module(f"{CHECKS_PACKAGE}.{name}.check")
+
+
 def run_before_checks(ctx: CheckContext) -> None:
     """Call every before-checks hook; a failing hook leaves `<name>.hook_error` in ctx.scratch."""
-    import canary.checks  # noqa: F401  (registers)
-
+    discover()
     for name, hook in _BEFORE_CHECKS.items():
         try:
             hook(ctx)
@@ -154,9 +161,8 @@ def run_before_checks(ctx: CheckContext) -> None:
 
 
 def specs() -> dict[str, CheckSpec]:
-    """Every registered check's declaration, in check order (importing canary.checks registers them)."""
-    import canary.checks  # noqa: F401  (registers)
-
+    """Every registered check's declaration, in check order (discover() registers them)."""
+    discover()
     return {spec.name: spec for spec in sorted(_REGISTRY.values(), key=lambda spec: spec.order)}
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from canary.config.checks import ThroughputCheckConfig
+from canary.checks.throughput.settings import ThroughputCheckConfig
 from canary.config.models import ModelSpec
 from canary.config.root import CanaryConfig
 from canary.config.trace import load_trace

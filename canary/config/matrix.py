@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from canary.config.base import CheckName, ExpectKind, PositiveInt, Runner, Strict, Topology
+from canary.config.base import ExpectKind, PositiveInt, Runner, Strict, Topology
+from canary.config.checks import CheckName
 
 
 class CellMatch(Strict):

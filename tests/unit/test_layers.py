@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from canary import LAYERS, SEPARATE
@@ -97,13 +98,18 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
+def covers(prefix: str, module: str) -> bool:
+    """Whether a LAYERS prefix covers a module: the module or a module below it, `*` any one name."""
+    wanted, parts = prefix.split("."), module.split(".")
+    return len(parts) >= len(wanted) and all(fnmatchcase(p, w) for p, w in zip(parts, wanted, strict=False))
+
+
 def layer_of(module: str) -> int:
     """Index of the layer whose longest prefix covers the module (KeyError when none does)."""
     best: tuple[int, int] | None = None
     for index, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            covers = module == prefix or module.startswith(prefix + ".")
-            if covers and (best is None or len(prefix) > best[1]):
+            if covers(prefix, module) and (best is None or len(prefix) > best[1]):
                 best = (index, len(prefix))
     if best is None:
         raise KeyError(module)
@@ -144,6 +150,21 @@ def test_the_layer_test_catches_an_upward_import() -> None:
     seeded = {module: set(targets) for module, targets in GRAPH.items()}
     seeded["canary.plan.waves"].add("canary.checks.parity.prompts")
     assert upward_imports(seeded) == ["canary.plan.waves (plan) imports canary.checks.parity.prompts (checks)"]
+
+
+def test_a_check_folders_settings_sit_in_the_config_layer_and_import_only_below_it() -> None:
+    config = layer_of("canary.config")
+    settings = [m for m in MODULES if covers("canary.checks.*.settings", m)]
+    assert "canary.checks.throughput.settings" in settings
+    assert {layer_of(m) for m in settings} == {config}
+    assert layer_of("canary.checks.throughput.check") > config
+    assert layer_of("canary.checks.settingsx") > config  # a wildcard covers one name, not a prefix of one
+    assert not [m for m in settings for t in GRAPH[m] if layer_of(t) > config]
+
+
+def test_the_checks_package_imports_nothing() -> None:
+    # canary.config imports the check folders' settings modules: their package must not import the checks
+    assert GRAPH["canary.checks"] == set()
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

@@ -4,21 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import get_args
 
 from rich.console import Console, ConsoleOptions, Group, JustifyMethod, RenderableType, RenderResult
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from canary.config import CheckName
+from canary.checks.base import check_order
 from canary.core.words import cut
 from canary.export.report.grid import DETAIL_COLUMNS, Section, cell_value, sections
 from canary.export.report.outcome import headline
 from canary.judge.results import RunResult
 from canary.judge.verdicts import OUTCOME_RICH_STYLE, SEVERITY_ORDER, VERDICT_RICH_STYLE
 
-CHECKS: tuple[str, ...] = get_args(CheckName)
+CHECKS: tuple[str, ...] = check_order()
 
 
 def _verdict(verdict: str) -> Text:

@@ -8,10 +8,12 @@ renaming a check fails here, naming what is out of step.
 
 from __future__ import annotations
 
+import ast
 from typing import get_args
 
 from canary.checks.base import check_order, specs
 from canary.config import CheckName, ChecksConfig
+from canary.config.checks import SECTIONS
 from canary.export.history.tracked import TRACKED
 from canary.export.prometheus.schema import CHECK_METRIC_KEYS
 from canary.paths import REPO_ROOT
@@ -22,8 +24,8 @@ def test_every_check_folder_registers_one_check() -> None:
     assert folders == sorted(specs())
 
 
-def test_the_registered_order_is_the_config_literal_order() -> None:
-    assert check_order() == get_args(CheckName)
+def test_the_config_names_the_registered_checks() -> None:
+    assert sorted(check_order()) == sorted(get_args(CheckName)) == sorted(SECTIONS)
     orders = [spec.order for spec in specs().values()]
     assert len(set(orders)) == len(orders), f"two checks declare the same order: {orders}"
     assert check_order()[0] == "startup"
@@ -35,6 +37,15 @@ def test_each_check_declares_the_config_model_of_its_section() -> None:
     for name, spec in specs().items():
         annotation = fields[name].annotation
         assert annotation is spec.settings, f"checks.{name} is {annotation}, declared {spec.settings}"
+
+
+def test_the_typed_view_of_the_sections_is_the_folders() -> None:
+    # mypy reads ChecksConfig's TYPE_CHECKING block; at run time the fields come from the folders
+    tree = ast.parse((REPO_ROOT / "canary" / "config" / "checks.py").read_text(encoding="utf-8"))
+    body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ChecksConfig").body
+    block = next(n for n in body if isinstance(n, ast.If)).body
+    typed = {ast.unparse(n.target): ast.unparse(n.annotation) for n in block if isinstance(n, ast.AnnAssign)}
+    assert typed == {name: section.model.__name__ for name, section in SECTIONS.items()}
 
 
 def test_each_check_declares_exactly_the_keys_the_schema_exports() -> None:

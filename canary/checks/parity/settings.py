@@ -1,0 +1,63 @@
+"""The parity check's settings (`checks.parity`): imports only canary.config and canary.core."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from canary.config.base import CheckSection, PositiveInt, Probability, Strict
+
+
+class ParityCheckConfig(Strict):
+    """KV fidelity of P/D against the aggregated control, calibrated against the control's own noise."""
+
+    enabled: bool = Field(True, description="Run parity (aggregated cells record the reference and null arm).")
+    prompt_lengths: list[PositiveInt] = Field(
+        [8], description="Prompt lengths in tokens, besides the block-relative ones."
+    )
+    block_relative: bool = Field(
+        True,
+        description="Also B/2, B-1, B, B+1, 2B, 2B+1 and 4B+1 tokens for every block size B of the planned cells "
+        "(logical and kernel, prefill and decode), and the longest prompt that fits.",
+    )
+    max_tokens: PositiveInt = Field(32, description="Greedy tokens generated per prompt (ignore_eos).")
+    top_logprobs: PositiveInt = Field(5, le=20, description="Top-k logprobs per position (both arms).")
+    prompt_text: Literal["auto", "gsm8k", "natural", "mixed"] = Field(
+        "auto",
+        description=(
+            "Text the prompts are cut from: gsm8k (held-out GSM8K-format items), natural (the project's "
+            "prose paragraphs, canary/checks/parity/text.py), mixed (both, interleaved); auto: gsm8k for a "
+            "builtin model (trained on arithmetic only), mixed for any other."
+        ),
+    )
+    item_offset: int = Field(0, ge=0, description="Index of the held-out item the first prompt starts at.")
+    dependence_min_nats: float = Field(
+        0.01,
+        gt=0,
+        description="A prompt is evidence only if altering its first block changes the control's greedy tokens "
+        "or moves a generated token's logprob by at least this much (and beyond the null arm).",
+    )
+    dependence_tokens: PositiveInt = Field(
+        16, description="Greedy tokens generated for a prompt's altered-first-block twin (the evidence check)."
+    )
+    min_evidence_prompts: PositiveInt = Field(
+        3, description="Fewer evidence prompts than this: the check is invalid (inconclusive), never pass."
+    )
+    null_concurrency: PositiveInt = Field(
+        8, description="Requests in flight in the control's concurrent wave (the batch-composition null arm)."
+    )
+    margin: float = Field(
+        2.0, ge=1.0, description="A P/D prompt exceeds the noise floor above margin x the largest null value."
+    )
+    alpha: Probability = Field(
+        0.01, description="Significance of the exceedance (binomial) and token (Fisher) gates vs the null arm."
+    )
+    kl_tolerance: float = Field(1e-4, ge=0, description="Nats added to the KL threshold (float arithmetic).")
+    logprob_tolerance: float = Field(
+        1e-3, ge=0, description="Nats added to the absolute delta-logprob threshold (float arithmetic)."
+    )
+    request_timeout_s: float = Field(120.0, gt=0, description="Deadline of one parity request.")
+
+
+SECTION = CheckSection(ParityCheckConfig, "KV-fidelity parity.")
