@@ -63,6 +63,7 @@ setup: venv-dev engine-venv $(SETUP_EXTRA) ## install everything (venvs, tools, 
 # What a run of $(CONFIG) needs here, by the words `canary needs` prints (canary/cli.py run_needs).
 CANARY_NEEDS_engine := engine-venv
 CANARY_NEEDS_model := model
+CANARY_NEEDS_families := model-families
 CANARY_NEEDS_pushgateway := prometheus-tools
 
 # Installs the controller venv, then only what `canary needs $(CONFIG)` names (the embedded default:

@@ -40,7 +40,8 @@ from canary.export.history import cli as history_cli
 from canary.export.prometheus.publish import pushgateway_url
 from canary.judge.results import RunResult
 from canary.judge.verdicts import INTERRUPTED_EXIT_CODE, OUTCOME_EXIT_CODE
-from canary.model.ref import is_builtin
+from canary.model.family_params import FAMILY_NAMES
+from canary.model.ref import BUILTIN_PREFIX, is_builtin
 from canary.plan.matrix import Plan, plan
 from canary.plan.validate import validate_plan
 from canary.plan.waves import Schedule, select_night
@@ -388,13 +389,16 @@ def exit_code(run: RunResult) -> int:
 
 def run_needs(config: CanaryConfig, env: Mapping[str, str]) -> list[str]:
     """What `make canary` installs for a run of this config: `engine` (the engine venv: local target),
-    `model` (the tiny model: a builtin model on a target that reads it from this machine),
+    `model` (the tiny model: a builtin model on a target that reads it from this machine), `families` (the
+    KV family models, canary.model.family_params: one of them is served),
     `pushgateway` (results are pushed: export.pushgateway.url or $PUSHGATEWAY_URL)."""
     needs = []
     if config.target.kind == "local":
         needs.append("engine")
     if config.target.kind in ("local", "container") and any(is_builtin(m.source) for m in config.models):
         needs.append("model")
+        if any(m.source.removeprefix(BUILTIN_PREFIX) in FAMILY_NAMES for m in config.models):
+            needs.append("families")
     if pushgateway_url(config, env) is not None:
         needs.append("pushgateway")
     return needs

@@ -17,9 +17,9 @@ MODEL_NAME ?= tiny
 MODEL_ENV := env HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPATH=$(CURDIR)
 MODEL_DIR = $(shell $(MODEL_ENV) $(PYTHON_BOOT) -m canary.model.params --out-root $(MODEL_ROOT) --seed $(MODEL_SEED))
 
-SETUP_EXTRA += model
+SETUP_EXTRA += model model-families
 
-.PHONY: model model-path
+.PHONY: model model-path model-families
 
 # Nothing to do (and nothing printed) when the content-addressed directory is complete and
 # $(MODEL_ROOT)/$(MODEL_NAME) points at it; else a timed, logged build (mk/step.sh, STEP).
@@ -31,3 +31,12 @@ model: engine-venv ## build (or reuse) the tiny model into $(MODEL_ROOT)/$(MODEL
 
 model-path: ## print the tiny model's directory (exit 1 if not built yet)
 	@$(MODEL_ENV) $(PYTHON_BOOT) -m canary.model.params --out-root $(MODEL_ROOT) --seed $(MODEL_SEED)
+
+# The tiny random-weight model of each KV family (canary/model/family_params.py: builtin:tiny-gemma3,
+# builtin:tiny-deepseek-v3, builtin:tiny-qwen3-next, builtin:tiny-nemotron-h), sharing the tiny model's
+# tokenizer. Cached by a hash of their sources, the shape and the tiny model's key; nothing to do (and
+# nothing printed) when every one is built and linked.
+model-families: model ## build (or reuse) the KV family models into $(MODEL_ROOT)/<family name>
+	@$(MODEL_ENV) $(PYTHON_BOOT) -m canary.model.family_params --out-root $(MODEL_ROOT) --seed $(MODEL_SEED) --linked \
+	  || $(STEP) model-families "KV family models ($(MODEL_ROOT)/tiny-*)" \
+	       '$(MODEL_ENV) $(ENGINE_PY) -m canary.model.families --out-root $(MODEL_ROOT) --seed $(MODEL_SEED) --link'

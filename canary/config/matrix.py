@@ -14,6 +14,7 @@ class CellMatch(Strict):
     """Selects cells by their axis values; unset fields match anything."""
 
     model: str | None = Field(None, description="Served model name.")
+    family: str | None = Field(None, description="The model's KV family (models[].family).")
     backend: str | None = Field(None, description="Attention backend name.")
     block_size: PositiveInt | None = Field(None, description="Matches a prefill OR decode block size.")
     prefill_block_size: PositiveInt | None = Field(None, description="Prefill (or aggregated) block size.")

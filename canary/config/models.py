@@ -35,6 +35,18 @@ class ModelSpec(Strict):
         description="HF model id, local directory, or `builtin:tiny` for the model the project builds.",
     )
     attention: Literal["mha", "mla"] = Field("mha", description="Attention kind; MLA models need MLA backends.")
+    family: str = Field(
+        "dense",
+        description="KV family, a key of the catalog's `families` (configs/backends.yaml): dense, sliding-window, mla, "
+        "gdn-hybrid, mamba-hybrid. The planner reads which backends serve it and where vLLM rewrites --block-size for "
+        "it (a cell asking another block then runs another config than asked, unless an expectation names it).",
+    )
+    state_block_size: PositiveInt | None = Field(
+        None,
+        description="Hybrid families (gdn-hybrid, mamba-hybrid): the attention block vLLM raises a smaller "
+        "--block-size to, so an attention page holds the model's state page (it depends on the state's size; "
+        "measured for the tiny models: 256). Unset: any block size of a hybrid may be rewritten.",
+    )
     compressed_cache: CompressedCache | None = Field(None, description="Set for models with a compressed KV cache.")
     max_model_len: PositiveInt = Field(2048, description="--max-model-len passed to every server.")
     tensor_parallel_size: PositiveInt = Field(1, description="--tensor-parallel-size per server.")

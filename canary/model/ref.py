@@ -21,9 +21,11 @@ from canary.errors import CanaryError
 from canary.paths import CACHE_DIR
 
 BUILTIN_PREFIX = "builtin:"
-BUILTIN_MODELS = ("tiny",)
+BUILTIN_MODELS = ("tiny", "tiny-gemma3", "tiny-deepseek-v3", "tiny-qwen3-next", "tiny-nemotron-h")
 """The builtin models this project builds: `make model` links the tiny model as builtin:tiny
-(mk/model.mk MODEL_NAME; another MODEL_NAME links another name, which `known_builtins` finds)."""
+(mk/model.mk MODEL_NAME; another MODEL_NAME links another name, which `known_builtins` finds),
+`make model-families` the KV family models (canary/model/family_params.py FAMILY_NAMES; a unit test
+keeps the two lists equal)."""
 
 
 def is_builtin(source: str) -> bool:

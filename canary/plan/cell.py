@@ -19,13 +19,18 @@ RISK_PD_BLOCK_MISMATCH = "pd-block-mismatch"
 RISK_COMPRESSED_CACHE = "compressed-cache"
 RISK_MRV2_PD = "mrv2-pd"
 RISK_MIXED_PAIR = "mixed-pair"
-HIGH_RISKS = frozenset({RISK_KERNEL_SPLIT, RISK_PD_BLOCK_MISMATCH, RISK_COMPRESSED_CACHE, RISK_MIXED_PAIR})
+RISK_BLOCK_REWRITE = "block-rewrite"
+"""The cell asks a block size vLLM rewrites for its model's KV family (the catalog's `block_rewrites`)."""
+HIGH_RISKS = frozenset(
+    {RISK_KERNEL_SPLIT, RISK_PD_BLOCK_MISMATCH, RISK_COMPRESSED_CACHE, RISK_MIXED_PAIR, RISK_BLOCK_REWRITE}
+)
 RISKS: tuple[str, ...] = (
     RISK_KERNEL_SPLIT,
     RISK_PD_BLOCK_MISMATCH,
     RISK_COMPRESSED_CACHE,
     RISK_MRV2_PD,
     RISK_MIXED_PAIR,
+    RISK_BLOCK_REWRITE,
 )
 """Every risk flag the planner (canary.plan.matrix) gives a cell."""
 
@@ -43,6 +48,7 @@ class Cell(BaseModel):
     )
     model: str = Field(description="Served model name.")
     model_source: str = Field(description="HF id, directory, or builtin:tiny.")
+    family: str = Field("dense", description="The model's KV family (the catalog's `families`).")
     backend: str = Field(description="Attention backend asked for.")
     prefill_block_size: int = Field(description="--block-size of prefill (or of the aggregated server).")
     decode_block_size: int = Field(description="--block-size of decode (== prefill when aggregated).")

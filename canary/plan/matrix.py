@@ -19,6 +19,7 @@ from canary.config import CanaryConfig, CellMatch, ExtraCell, Runner, Topology
 from canary.config.catalog import Catalog, KernelBlockSizes, load_catalog
 from canary.core.words import listing
 from canary.plan.cell import (
+    RISK_BLOCK_REWRITE,
     RISK_COMPRESSED_CACHE,
     RISK_KERNEL_SPLIT,
     RISK_MIXED_PAIR,
@@ -79,6 +80,7 @@ def matches(match: CellMatch, cell: Cell) -> bool:
     return _matches_values(
         match,
         cell.model,
+        cell.family,
         cell.backend,
         cell.prefill_block_size,
         cell.decode_block_size,
@@ -94,6 +96,7 @@ def matches(match: CellMatch, cell: Cell) -> bool:
 def _matches_values(
     match: CellMatch,
     model: str,
+    family: str,
     backend: str,
     prefill: int,
     decode: int,
@@ -106,6 +109,7 @@ def _matches_values(
 ) -> bool:
     checks: list[tuple[object | None, object]] = [
         (match.model, model),
+        (match.family, family),
         (match.backend.upper() if match.backend else None, backend),
         (match.prefill_block_size, prefill),
         (match.decode_block_size, decode),
@@ -125,6 +129,7 @@ class _Coordinates(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     model: str
+    family: str
     backend: str
     prefill: int
     decode: int
@@ -152,6 +157,7 @@ def _cross_product(config: CanaryConfig) -> Iterator[_Coordinates]:
         for prefill, decode in pairs:
             yield _Coordinates(
                 model=model.name,
+                family=model.family,
                 backend=backend,
                 prefill=prefill,
                 decode=decode,
@@ -169,6 +175,7 @@ def _extra_cells(config: CanaryConfig, extra: ExtraCell) -> Iterator[_Coordinate
         decode = extra.decode_block_size if extra.topology == "pd-nixl" else extra.prefill_block_size
         yield _Coordinates(
             model=model,
+            family=next(m.family for m in config.models if m.name == model),
             backend=extra.backend.upper(),
             prefill=extra.prefill_block_size,
             decode=decode,
@@ -216,6 +223,8 @@ def _judge(config: CanaryConfig, catalog: Catalog, at: _Coordinates) -> Cell:
         risks.append(RISK_MRV2_PD)
     if at.decode_runner is not None or at.decode_image is not None:
         risks.append(RISK_MIXED_PAIR)
+    if block_rewrites(catalog, config.platform, at.family, (at.prefill, at.decode), model.state_block_size):
+        risks.append(RISK_BLOCK_REWRITE)
 
     status: CellStatus = "planned"
     reason: str | None = None
@@ -252,6 +261,7 @@ def _judge(config: CanaryConfig, catalog: Catalog, at: _Coordinates) -> Cell:
         id=identifier,
         model=at.model,
         model_source=model.source,
+        family=at.family,
         backend=at.backend,
         prefill_block_size=at.prefill,
         decode_block_size=at.decode,
@@ -299,12 +309,33 @@ def _impossible_reason(
     return None
 
 
+def block_rewrites(
+    catalog: Catalog, platform: str, family: str, blocks: Iterable[int], model_to: int | None = None
+) -> list[str]:
+    """What vLLM does to the asked block sizes of a family's cell on a platform (the catalog's block_rewrites;
+    model_to: the model's state_block_size where the rule depends on the model), one line per rewritten size;
+    empty: it keeps them."""
+    info = catalog.family(family)
+    lines: list[str] = []
+    for block in dict.fromkeys(blocks):
+        rewrite = info.rewrite(platform, block, model_to) if info is not None else None
+        if rewrite is not None:
+            target = rewrite.to if rewrite.to is not None else model_to
+            to = "a block that holds the state page" if target is None else f"block {target}"
+            lines.append(f"{family} on {platform}: vLLM runs {to} instead of {block} ({rewrite.fact.path})")
+    return lines
+
+
 def _unsupported_reason(config: CanaryConfig, catalog: Catalog, at: _Coordinates) -> str | None:
     """Why this platform cannot honour a possible cell (vLLM would fall back silently)."""
     backend = catalog.backend(at.backend)
     platform = catalog.platforms[config.platform]
     if config.platform not in backend.platforms:
         return f"{at.backend} does not run on {config.platform} (runs on {listing(backend.platforms)})"
+    family = catalog.family(at.family)
+    if family is not None and family.serves(config.platform, at.backend) is False:
+        serving = listing(family.backends[config.platform])
+        return f"{at.backend} does not serve the {at.family} family on {config.platform} (served by {serving})"
     limited = backend.kv_cache_dtype_platforms.get(at.dtype)
     if limited is not None and config.platform not in limited:
         return f"kv_cache_dtype {at.dtype} with {at.backend} needs {listing(limited)}"
@@ -319,6 +350,7 @@ def _matches_coordinates(match: CellMatch, at: _Coordinates) -> bool:
     return _matches_values(
         match,
         at.model,
+        at.family,
         at.backend,
         at.prefill,
         at.decode,
