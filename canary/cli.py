@@ -38,6 +38,7 @@ from canary.core.words import closest, listing
 from canary.errors import CanaryError, ConfigError, UsageError
 from canary.export.history import cli as history_cli
 from canary.export.prometheus.publish import pushgateway_url
+from canary.export.report.plan_table import plan_table
 from canary.judge.results import RunResult
 from canary.judge.verdicts import INTERRUPTED_EXIT_CODE, OUTCOME_EXIT_CODE
 from canary.model.family_params import FAMILY_NAMES
@@ -214,51 +215,6 @@ def no_cell_matches(prefix: str, ids: Sequence[str], config: str) -> str:
     near = closest(prefix, (".".join(i.split(".")[:depth]) for i in ids), n=3, cutoff=0.5)
     hint = f" (closest: {listing(near)})" if near else ""
     return f"--only {prefix} matches no cell of {config}{hint}; list the cell ids with `canary plan {config}`"
-
-
-def plan_table(the_plan: Plan, gpus: dict[str, int] | None = None) -> Table:
-    """The plan as a rich table (with the GPUs each planned cell holds, when given)."""
-    table = Table(
-        title=f"{the_plan.config_name} on {the_plan.platform}: {len(the_plan.planned())} planned "
-        f"of {len(the_plan.cells)} cells"
-    )
-    for column in (
-        "cell",
-        "backend",
-        "P/D block",
-        "kernel",
-        "kv dtype",
-        "runner",
-        "topology",
-        "image",
-        *(("GPUs",) if gpus is not None else ()),
-        "risk",
-        "status",
-        "reason",
-    ):
-        table.add_column(column, overflow="fold", no_wrap=column not in ("reason", "risk"))
-    for cell in the_plan.cells:
-        status: str = cell.status
-        if cell.expect is not None:
-            status += f" (expect {cell.expect.expect})"
-        risk = ", ".join(cell.risks) or "-"
-        if cell.high_risk:
-            risk = f"[bold red]{risk}[/]"
-        table.add_row(
-            cell.id,
-            cell.backend,
-            cell.block_label,
-            cell.kernel_label,
-            cell.kv_cache_dtype,
-            cell.runner if cell.runner_for("decode") == cell.runner else f"{cell.runner}/{cell.runner_for('decode')}",
-            cell.topology,
-            cell.image if not cell.mixed else f"{cell.image}/{cell.image_for('decode')}",
-            *((str(gpus.get(cell.id, "-")),) if gpus is not None else ()),
-            risk,
-            status,
-            cell.reason or "",
-        )
-    return table
 
 
 def schedule_for(config: CanaryConfig, the_plan: Plan) -> Schedule | None:
@@ -454,12 +410,24 @@ def honour_sigint() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+NON_TTY_WIDTH = 120
+"""Columns of the tables `canary` prints into a pipe or file without $COLUMNS (a log read in a terminal later)."""
+
+
+def console_width(tty: bool, env: Mapping[str, str]) -> int | None:
+    """$COLUMNS when set; else the terminal's own width (None: rich asks it); else NON_TTY_WIDTH."""
+    columns = env.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return None if tty else NON_TTY_WIDTH
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     args = build_parser().parse_args(argv)
     if args.command in LONG_RUNNING:
         honour_sigint()
-    console = Console(stderr=False, width=None if sys.stdout.isatty() else 220)
+    console = Console(stderr=False, width=console_width(sys.stdout.isatty(), os.environ))
     try:
         return COMMANDS[args.command](args, console)
     except CanaryError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -149,7 +150,14 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_plan_table_marks_risk_and_skips() -> None:
-    result = _cli("plan", "configs/h200-mrv2-pd.yaml")
+    result = subprocess.run(  # wide enough for one row per cell (narrower: tests/unit/export/report/test_plan_table.py)
+        [sys.executable, "-m", "canary", "plan", "configs/h200-mrv2-pd.yaml"],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "300"},
+    )
     assert result.returncode == 0, result.stderr
     row = next(line for line in result.stdout.splitlines() if "pd.flashinfer.p128-d128.auto.v2.baseline" in line)
     assert "kernel-split" in row and "64/64" in row

@@ -1,0 +1,79 @@
+"""`canary plan`'s table: one row per cell, every column whole at any terminal width.
+
+What every cell shares (one backend, one kv dtype, one runner...) is said once above the table
+instead of repeated in a column; the rest is a FittedTable (canary.export.report.terminal): a table
+whose values are never cut when it fits, one paragraph per cell when the terminal is narrower.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from canary.export.report.terminal import FittedTable
+from canary.plan.cell import Cell
+from canary.plan.matrix import Plan
+
+
+def _runner(cell: Cell) -> str:
+    decode = cell.runner_for("decode")
+    return cell.runner if decode == cell.runner else f"{cell.runner}/{decode}"
+
+
+def _image(cell: Cell) -> str:
+    return cell.image if not cell.mixed else f"{cell.image}/{cell.image_for('decode')}"
+
+
+def _status(cell: Cell) -> str:
+    return cell.status if cell.expect is None else f"{cell.status} (expect {cell.expect.expect})"
+
+
+PLAN_COLUMNS: tuple[tuple[str, Callable[[Cell], str]], ...] = (
+    ("backend", lambda c: c.backend),
+    ("P/D block", lambda c: c.block_label),
+    ("kernel", lambda c: c.kernel_label),
+    ("kv dtype", lambda c: c.kv_cache_dtype),
+    ("runner", _runner),
+    ("topology", lambda c: c.topology),
+    ("image", _image),
+)
+"""The columns that describe a cell (header, value): those every cell shares move above the table."""
+
+
+def shared_values(cells: tuple[Cell, ...]) -> dict[str, str]:
+    """header -> value for the PLAN_COLUMNS every cell has the same value in (none for one cell or none)."""
+    if len(cells) < 2:
+        return {}
+    shared = {}
+    for header, value in PLAN_COLUMNS:
+        values = {value(c) for c in cells}
+        if len(values) == 1:
+            shared[header] = values.pop()
+    return shared
+
+
+def plan_title(the_plan: Plan, shared: Mapping[str, str]) -> str:
+    """`NAME on PLATFORM: N planned of M cells`, and what every cell shares."""
+    planned, total = len(the_plan.planned()), len(the_plan.cells)
+    title = f"{the_plan.config_name} on {the_plan.platform}: {planned} planned of {total} cells"
+    if shared:
+        title += "\nevery cell: " + ", ".join(f"{header} {value}" for header, value in shared.items())
+    return title
+
+
+def plan_table(the_plan: Plan, gpus: Mapping[str, int] | None = None) -> FittedTable:
+    """The plan (with the GPUs each planned cell holds, when given): ids, values, risks and status are
+    never cut; the reason gets the width left (whole in `canary plan --json`)."""
+    cells = the_plan.cells
+    shared = shared_values(cells)
+    columns: list[tuple[str, tuple[str, ...]]] = [("cell", tuple(c.id for c in cells))]
+    columns += [(h, tuple(value(c) for c in cells)) for h, value in PLAN_COLUMNS if h not in shared]
+    if gpus is not None:
+        columns.append(("GPUs", tuple(str(gpus.get(c.id, "-")) for c in cells)))
+    columns.append(("risk", tuple(",".join(c.risks) or "-" for c in cells)))
+    columns.append(("status", tuple(_status(c) for c in cells)))
+    return FittedTable(
+        title=plan_title(the_plan, shared),
+        columns=tuple(columns),
+        reasons=tuple(c.reason or "" for c in cells),
+        right=frozenset({"GPUs"}),
+    )
