@@ -57,7 +57,7 @@ class CheckContext:
             and r.cell.model == cell.model
             and r.cell.image == cell.image
             and (startup := r.check("startup")) is not None
-            and startup.verdict == "pass"
+            and startup.verdict in ("pass", "ungated")  # ungated: serving, live config not verified
         ]
 
         def score(r: CellResult) -> tuple[int, int, int]:

@@ -44,11 +44,19 @@ class Expectation(Strict):
         "check that does not run (disabled) or cannot judge (invalid, skipped) counts neither way; when none "
         "of them judged, the cell is skipped (invalid if one was). Unset: any failing check meets the expectation.",
     )
+    engine_dies: bool = Field(
+        False,
+        description="For check-fail: an engine (or the router) dying while the cell is checked is part of the known "
+        "bug (e.g. a prefix-caching crash on long prompts). Unset, a death is a finding of its own that fails the "
+        "cell whatever else is expected, and a check that crashed (error) never meets an expectation.",
+    )
 
     @model_validator(mode="after")
     def _fields_fit_the_kind(self) -> Expectation:
         if self.failing_checks is not None and self.expect != "check-fail":
             raise ValueError(f"failing_checks applies to expect: check-fail, not {self.expect}")
+        if self.engine_dies and self.expect != "check-fail":
+            raise ValueError(f"engine_dies applies to expect: check-fail, not {self.expect}")
         if self.failure_class is not None and self.expect != "startup-fail":
             raise ValueError(f"failure_class applies to expect: startup-fail, not {self.expect}")
         return self

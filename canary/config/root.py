@@ -90,6 +90,16 @@ class CanaryConfig(Strict):
         return self
 
     @model_validator(mode="after")
+    def _container_images_are_known(self) -> CanaryConfig:
+        for key in self.target.container.images:
+            if key not in self.images:
+                raise RefError(
+                    f"target.container.images.{key}",
+                    f"unknown image key {key!r}; the keys of images: {listing(sorted(self.images))}",
+                )
+        return self
+
+    @model_validator(mode="after")
     def _cluster_images_are_pullable(self) -> CanaryConfig:
         if self.target.kind != "kubernetes":
             return self
@@ -102,6 +112,25 @@ class CanaryConfig(Strict):
                     f"{image.ref!r} is a pip requirement, which only the local target installs; a cluster pulls "
                     "a container image: give a reference like registry.example.com/me/vllm:0.33.0-mypatch",
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _some_check_can_judge(self) -> CanaryConfig:
+        enabled = [
+            name for name in type(self.checks).model_fields if getattr(getattr(self.checks, name), "enabled", False)
+        ]
+        if not enabled:
+            raise RefError(
+                "checks",
+                "every check is disabled: each cell would be judged by nothing and say nothing; enable at least "
+                "one (checks.<name>.enabled: true)",
+            )
+        if enabled == ["startup"] and not self.checks.startup.verify_live_config:
+            raise RefError(
+                "checks.startup.verify_live_config",
+                "startup is the only check and does not verify the live config: no gate could fail on a cell "
+                "that serves; set verify_live_config: true or enable another check",
+            )
         return self
 
     @property

@@ -143,19 +143,33 @@ def per_request_gates(
     return [_gate(c, c.p_value, cfg) for c in comparisons]
 
 
+ERROR_RATE_GATE = "error-rate"
+CLIENT_GATE = "client-not-bottleneck"
+FINISHED_GATE = "finished-in-time"
+MISSING_GATE_PREFIX = "missing-"
+"""A gate that could not be judged because a number it needs is missing on one side (failed, no observed
+value): the check is invalid, never a pass and never a regression."""
+LOAD_VALIDITY_GATES = frozenset({ERROR_RATE_GATE, CLIENT_GATE, FINISHED_GATE})
+"""The throughput check's gates on the load itself (its errors, its client, its deadline): they can fail the
+check, but none judges the server's speed, so they alone never make a throughput pass (ungated)."""
+
+
 def gates_verdict(gates: Sequence[Gate]) -> Verdict:
     """The throughput check's verdict from its gates: the one rule for the check's own (provisional)
     verdict and for the re-judged one after family control, so what a progress line announces is
     what is recorded. Any failed gate that is not ours fails; a failed gate of ours with a number is a
     regression (fail), without one (too few samples, no baseline samples) it is inconclusive (invalid,
-    never a pass). The paired gate (PAIRED_GATE_PREFIX) follows the same rule."""
-    ours = (GATE_PREFIX, PAIRED_GATE_PREFIX)
+    never a pass). The paired gate (PAIRED_GATE_PREFIX) follows the same rule. With only the load's own
+    validity gates (no floor, no baseline, no paired verdict) it is ungated, never a pass."""
+    ours = (GATE_PREFIX, PAIRED_GATE_PREFIX, MISSING_GATE_PREFIX)
     others = [g for g in gates if not g.name.startswith(ours)]
     mine = [g for g in gates if g.name.startswith(ours)]
     if not all(g.passed for g in others) or any(not g.passed and g.observed is not None for g in mine):
         return "fail"
     if any(not g.passed for g in mine):
         return "invalid"
+    if all(g.name in LOAD_VALIDITY_GATES for g in gates):
+        return "ungated"  # the load ran cleanly, but no floor, baseline or paired verdict judged its speed
     return "pass"
 
 

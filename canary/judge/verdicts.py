@@ -13,15 +13,20 @@ Outcome classes
 ``inconclusive``  the canary could not measure: ``invalid`` (the measurement's own validity gates
                   failed, e.g. a CPU-starved client) and ``error`` (a check or the target crashed,
                   or the run was interrupted before the cell). Nothing is known about vLLM; rerun.
-``ok``            ``pass``, ``expected-fail``, ``unsupported``, ``skipped``.
+``ok``            ``pass``, ``expected-fail``, ``ungated``, ``unsupported``, ``skipped``.
 
-Severity (worst first: fail, unexpected-pass, error, invalid, expected-fail, pass, unsupported,
+``ungated`` is a check that ran and measured but had no gate that could have failed (accuracy with no
+threshold and no control, parity on a reference cell with no baseline to drift from, throughput with
+no baseline, floor or paired verdict, startup with live-config verification off). It is recorded and
+shown, never called ``pass``: a pass needs a gate that could have failed on evidence that was there.
+
+Severity (worst first: fail, unexpected-pass, error, invalid, expected-fail, pass, ungated, unsupported,
 skipped): a definitive finding outranks an inconclusive one, so a cell whose accuracy failed and
 whose throughput could not be measured is ``fail``, never hidden behind ``error``/``invalid``;
 and a run is inconclusive only when no cell has a definitive finding. ``unexpected-pass`` is worse
 than ``invalid`` (the two older tables disagreed): it is evidence that something changed, where
-``invalid`` is no evidence at all. ``unsupported`` and ``skipped`` rank below ``pass`` so a check
-that did not apply does not change a cell's verdict.
+``invalid`` is no evidence at all. ``ungated``, ``unsupported`` and ``skipped`` rank below ``pass``: a cell
+with one gated check that passed is ``pass``; a cell whose checks are all ungated is ``ungated``, not ``pass``.
 
 Codes (Prometheus ``canary_*_status_code``, Grafana value mappings): ``pass`` is 0 and higher is
 worse; among the verdicts that are not ``ok`` the codes follow the severity exactly.
@@ -33,7 +38,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-Verdict = Literal["pass", "fail", "expected-fail", "unexpected-pass", "unsupported", "skipped", "error", "invalid"]
+Verdict = Literal[
+    "pass", "fail", "expected-fail", "unexpected-pass", "ungated", "unsupported", "skipped", "error", "invalid"
+]
 Outcome = Literal["ok", "inconclusive", "failed"]
 """A verdict's class, and a whole run's outcome (the worst class of its cells)."""
 
@@ -57,18 +64,19 @@ class VerdictSpec:
 
 # Severity order, worst first (see the module doc for why this order).
 TABLE: tuple[VerdictSpec, ...] = (
-    VerdictSpec("fail", 7, "failed", "a check's gate did not hold", "❌", "#c62828", "bold red"),
-    VerdictSpec("unexpected-pass", 6, "failed", "a cell expected to fail passed", "⚠️", "#ef6c00", "bold yellow"),
+    VerdictSpec("fail", 8, "failed", "a check's gate did not hold", "❌", "#c62828", "bold red"),
+    VerdictSpec("unexpected-pass", 7, "failed", "a cell expected to fail passed", "⚠️", "#ef6c00", "bold yellow"),
     VerdictSpec(
-        "error", 5, "inconclusive", "a check or the target crashed: not measured", "💥", "#7f0000", "bold white on red"
+        "error", 6, "inconclusive", "a check or the target crashed: not measured", "💥", "#7f0000", "bold white on red"
     ),
     VerdictSpec(
-        "invalid", 4, "inconclusive", "the measurement failed its own validity gates", "❓", "#6a1b9a", "magenta"
+        "invalid", 5, "inconclusive", "the measurement failed its own validity gates", "❓", "#6a1b9a", "magenta"
     ),
     VerdictSpec("expected-fail", 1, "ok", "failed exactly as the config expects", "☑️", "#1565c0", "blue"),
     VerdictSpec("pass", 0, "ok", "every gate held", "✅", "#2e7d32", "bold green"),
-    VerdictSpec("unsupported", 3, "ok", "the platform cannot run the cell", "🚫", "#757575", "dim"),
-    VerdictSpec("skipped", 2, "ok", "excluded by the config", "⏭️", "#9e9e9e", "dim"),
+    VerdictSpec("ungated", 2, "ok", "measured, but no gate could have failed: not a pass", "➖", "#558b2f", "green"),
+    VerdictSpec("unsupported", 4, "ok", "the platform cannot run the cell", "🚫", "#757575", "dim"),
+    VerdictSpec("skipped", 3, "ok", "excluded by the config", "⏭️", "#9e9e9e", "dim"),
 )
 
 BY_NAME: dict[str, VerdictSpec] = {spec.name: spec for spec in TABLE}
@@ -120,9 +128,9 @@ _check_table()
 
 
 def worst(verdicts: Iterable[Verdict]) -> Verdict:
-    """The most severe verdict of a list (pass for an empty list)."""
+    """The most severe verdict of a list; an empty list judged nothing, so it is ``ungated``, never ``pass``."""
     found = list(verdicts)
-    return min(found, key=lambda v: VERDICT_SEVERITY[v]) if found else "pass"
+    return min(found, key=lambda v: VERDICT_SEVERITY[v]) if found else "ungated"
 
 
 def outcome_of(verdicts: Iterable[str]) -> Outcome:

@@ -18,9 +18,9 @@ from canary import __version__
 from canary.checks.base import CheckContext, check_order, registered, run_before_checks
 from canary.config import CanaryConfig
 from canary.export.history.record import record_run
-from canary.judge.expectations import apply_expectation
+from canary.judge.expectations import ENGINES_CHECK, apply_expectation
 from canary.judge.request_tests import apply_family_control, provisional
-from canary.judge.results import CellResult, CheckResult, RunResult, utc_now
+from canary.judge.results import CellResult, CheckResult, Gate, RunResult, utc_now
 from canary.plan.cell import Cell
 from canary.plan.matrix import Plan
 from canary.run.held import HeldDeployments
@@ -81,7 +81,31 @@ def run_checks(ctx: CheckContext, progress: Progress, deploy_s: float = 0.0) -> 
         progress(f"  {ctx.cell.id}: {check_line(result, deploy_s if name == 'startup' else None)}")
         if name == "startup" and result.verdict != "pass" and result.evidence.get("serving") is not True:
             break  # nothing to check; a serving cell that runs another config/layout is still checked
+        died = engines_died(ctx.deployment, during=name)
+        if died is not None:  # what the later checks would measure is a dead server: stop, name the death
+            results.append(died)
+            ctx.checked[died.name] = died
+            progress(f"  {ctx.cell.id}: {check_line(died)}")
+            break
     return results
+
+
+def engines_died(deployment: Deployment, during: str) -> CheckResult | None:
+    """A failed `engines` result naming every server of the cell that died (role, exit status or
+    signal, when, the log lines before it), or None while all run (or the target cannot tell)."""
+    try:
+        found = deployment.deaths()
+    except Exception as exc:  # a watch that breaks must not hide the checks' results
+        return CheckResult(name=ENGINES_CHECK, verdict="error", summary=f"cannot watch the servers: {exc}")
+    if not found:
+        return None
+    return CheckResult(
+        name=ENGINES_CHECK,
+        verdict="fail",
+        summary=f"during {during}: " + "; ".join(d.line() for d in found),
+        gates=[Gate(name="servers-alive", passed=False, detail="; ".join(d.line() for d in found))],
+        evidence={"deaths": [d.to_json() for d in found], "during": during},
+    )
 
 
 def check_line(result: CheckResult, deploy_s: float | None = None) -> str:

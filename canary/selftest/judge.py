@@ -30,7 +30,7 @@ def judge_clean(run: RunResult) -> tuple[list[str], dict[str, str]]:
     """False alarms of a clean run: every cell with a failing verdict; a run without a started
     cell is an alarm too (it proves nothing)."""
     alarms = [f"{c.cell.id}: {c.verdict} ({c.reason})" for c in run.cells if c.verdict in FAILING_VERDICTS]
-    started = [c for c in run.cells if (s := c.check("startup")) is not None and s.verdict == "pass"]
+    started = [c for c in run.cells if (s := c.check("startup")) is not None and s.verdict in ("pass", "ungated")]
     if not started:
         alarms.append("no cell started: the clean run proves nothing")
     if run.interrupted:
@@ -67,6 +67,10 @@ def judge_fault(
         detected, why = judge_shift(run, cells, fault)
         reasons = [why + (f"; {fault.expect_check} also failed" if fault.expect_check in fired else "")]
         when = max((c.started_at - run.started_at).total_seconds() + c.duration_s for c in cells) if detected else None
+    masked = [c for c in cells if c.cell.expect is not None and c.verdict not in FAILING_VERDICTS]
+    if detected and masked:  # the check fired, but the cell's verdict let the run say OK
+        detected = False
+        reasons.append("masked as the known bug: " + ", ".join(f"{c.cell.id} {c.verdict}" for c in masked))
     if not detected and not reasons:
         seen = ", ".join(f"{c.cell.id}: {c.verdict}" for c in cells) or "no cell of the faulty image ran"
         reasons.append(f"{fault.expect_check} did not fail ({seen})")

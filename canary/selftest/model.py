@@ -40,7 +40,10 @@ class FaultSpec(FrozenModel):
     title: str = Field(min_length=1, description="What is wrong, for the table.")
     bug_class: str = Field("", description="The class of real bug it stands for.")
     series: str | None = Field(None, description="Series file relative to faults.yaml (default <id>/series).")
-    expect_check: CheckName = Field(description="The check that must fail.")
+    expect_check: CheckName | Literal["engines"] = Field(
+        description="The check that must fail (`engines`: the runner's watch of the cell's servers, which fails "
+        "when one dies while the cell is checked)."
+    )
     also_expected: list[CheckName] = Field(
         default_factory=list, description="Checks that should fail too (reported, not required)."
     )
@@ -62,6 +65,12 @@ class FaultSpec(FrozenModel):
         default_factory=dict,
         description="Kernel block sizes the faulty build advertises (images.<key>.kernel_block_sizes), for faults "
         "that carry a kernel-split build.",
+    )
+    known_bug: list[CheckName] | None = Field(
+        None,
+        description="The fault's P/D cells (every cell, without pd-nixl) carry an expectation that these checks "
+        "fail (a known bug of the cell, like cpu-default's corrupt p32-d64 pair): the fault must be caught all the "
+        "same, and the cell must not end expected-fail (a run that says OK over it has missed the fault).",
     )
     overrides: list[str] = Field(
         default_factory=list,
@@ -176,6 +185,15 @@ def fault_config(base: CanaryConfig, fault: FaultSpec, faults_file: Path = FAULT
         for name in check_order():
             if name != "startup":
                 data["checks"][name]["enabled"] = name in fault.checks
+    if fault.known_bug is not None:
+        data["matrix"]["expectations"] = [
+            {
+                "match": {"image": fault_key, "topology": "pd-nixl" if "pd-nixl" in fault.topologies else None},
+                "expect": "check-fail",
+                "reason": f"selftest: the cell stands for a known bug failing {', '.join(fault.known_bug)}",
+                "failing_checks": list(fault.known_bug),
+            }
+        ]
     for text in fault.overrides:
         parts, value = parse_override(text)
         apply_override(data, parts, value)

@@ -14,6 +14,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from canary.plan.cell import Cell
 from canary.targets.engine_site.layout_probe import LOG_PREFIX as LAYOUT_LOG_PREFIX
+from canary.targets.liveness import EngineDeath, ExitStatus
+from canary.targets.liveness import deaths as find_deaths
 
 
 @dataclass
@@ -96,6 +98,15 @@ class Deployment:
     evidence: dict[str, object] = field(default_factory=dict)
     """What the target observed about how the cell was deployed (Kubernetes: NIXL placement and
     transport), for checks and reports; JSON-serialisable."""
+    exit_status: ExitStatus | None = None
+    """Set by a target that watches its servers (canary.targets.liveness): a role's exit status once it
+    has exited, None while it runs. None here: this target cannot tell (an endpoint, a cluster)."""
+
+    def deaths(self) -> list[EngineDeath]:
+        """The servers that have exited since the cell started (empty where the target cannot tell)."""
+        if self.exit_status is None or not self.started:
+            return []
+        return find_deaths({role: s.log_path for role, s in self.servers.items()}, self.exit_status)
 
     def server(self, role: str) -> ServerInfo | None:
         """A server by role."""

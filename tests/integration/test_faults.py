@@ -113,3 +113,30 @@ def test_fault_08_a_candidate_images_numerics_change_is_reported_as_drift(tiny_m
     assert parity.metrics["parity_drift_prompts"] >= 3
     assert parity.evidence["drift"]["baseline_cell"] == baseline.cell.id
     assert parity.summary.startswith("drift vs the baseline image")
+
+
+def test_fault_12_a_dead_decode_engine_on_a_known_bad_cell_is_named_and_fails_the_run(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """Issue 41: the P/D cell is expected to fail parity and kv_transfer (a known bug); decode's engine
+    dies on its first KV read. The checks end in error, the runner names the death, the cell fails."""
+    del tiny_model
+    result = run_selftest(DEFAULT_CONFIG, tmp_path, clean_runs=0, only=["12"], overrides=FAST)
+    outcome = result.faults[0]
+    assert outcome.detected, outcome.detail
+    assert "engines" in outcome.fired
+
+    run = _run_result(outcome.run_dir)
+    pd = next(c for c in run.cells if c.cell.topology == "pd-nixl")
+    assert pd.cell.expect is not None and pd.cell.expect.failing_checks == ["parity", "kv_transfer"]
+    assert pd.verdict == "fail", (pd.verdict, pd.reason)
+    assert run.outcome == "failed" and run.exit_code == 1
+    engines = pd.check("engines")
+    assert engines is not None and engines.verdict == "fail"
+    (death,) = [d for d in engines.evidence["deaths"] if d["role"] == "decode"]
+    assert death["how"].startswith(("exited with status", "killed by signal")), death
+    assert any("selftest fault 12" in line or "EngineCore" in line for line in death["log_tail"]), death["log_tail"]
+    assert "decode server died" in pd.reason
+    # The aggregated control has no KV read: it serves and passes.
+    agg = next(c for c in run.cells if c.cell.topology == "aggregated")
+    assert agg.verdict in ("pass", "ungated") and agg.check("engines") is None

@@ -44,7 +44,7 @@ from canary.checks.base import CheckContext, register
 from canary.config import AccuracyCheckConfig, CanaryConfig, ModelSpec
 from canary.core import metric_keys as keys
 from canary.core import stats
-from canary.judge.results import CheckResult, Gate
+from canary.judge.results import CheckResult, Gate, Verdict
 from canary.model.params import MANIFEST_NAME
 from canary.model.ref import local_model_dir
 
@@ -225,14 +225,17 @@ def build_result(
             )
         )
     failed = [g for g in gates if not g.passed]
-    verdict = "fail" if failed else "pass"
+    verdict: Verdict = "fail" if failed else "pass" if gates else "ungated"
     stop_note = f", stopped early after {n}/{outcome.planned}" if outcome.stopped_early else ""
     if failed:
         summary = "; ".join(g.detail for g in failed)
     elif gates:
         summary = f"GSM8K {accuracy:.3f} on {n} questions{stop_note}, gates passed"
     else:
-        summary = f"GSM8K {accuracy:.3f} on {n} questions, not gated (set models[].expected_gsm8k or min_accuracy)"
+        summary = (
+            f"GSM8K {accuracy:.3f} on {n} questions, ungated: no threshold and no control to compare with "
+            "(set models[].expected_gsm8k or checks.accuracy.min_accuracy, or run the aggregated control)"
+        )
     wrong = [q for q in qs if not q.flexible_correct][:3]
     evidence: dict[str, Any] = {
         "dataset": dataset,

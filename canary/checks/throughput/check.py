@@ -46,7 +46,15 @@ from canary.config.workloads import WorkloadShape
 from canary.core import metric_keys as keys
 from canary.judge.capacity_gain import EVIDENCE_KEY as GAIN_EVIDENCE_KEY
 from canary.judge.capacity_gain import Capacity, judge_gain
-from canary.judge.request_tests import gates_verdict, per_request_gates, raw_runs
+from canary.judge.request_tests import (
+    CLIENT_GATE,
+    ERROR_RATE_GATE,
+    FINISHED_GATE,
+    MISSING_GATE_PREFIX,
+    gates_verdict,
+    per_request_gates,
+    raw_runs,
+)
 from canary.judge.results import CAUSE_KEY, LATENCIES, CheckResult, Gate
 from canary.load.capacity import (
     CapacityResult,
@@ -206,7 +214,10 @@ def regression_gates(
     Without samples on both sides the tolerance alone decides."""
     gates: list[Gate] = []
     for key in cfg.regression_metrics:
-        if key not in metrics or key not in baseline:
+        absent = [side for side, values in (("this cell", metrics), (baseline_id, baseline)) if key not in values]
+        if absent:  # a number that is not there is never a pass (nor zero): the gate cannot judge
+            detail = f"{key} missing on {' and '.join(absent)}: the regression gate cannot judge it"
+            gates.append(Gate(name=f"{MISSING_GATE_PREFIX}{key}", passed=False, detail=detail))
             continue
         worse = relative_change(metrics[key], baseline[key], key)
         direction = "drop" if higher_is_better(key) else "rise"
@@ -487,7 +498,7 @@ def measure(
     host_problems = _host_problems(cfg, foreign, metrics, evidence)
     error_rate = metrics["error_rate"]
     error_gate = Gate(
-        name="error-rate",
+        name=ERROR_RATE_GATE,
         passed=error_rate <= cfg.max_error_rate and metrics["requests_succeeded"] > 0,
         observed=error_rate,
         threshold=cfg.max_error_rate,
@@ -495,7 +506,7 @@ def measure(
     )
     cut = metrics["requests_not_sent"] + metrics["requests_cut_by_deadline"]
     time_gate = Gate(
-        name="finished-in-time",
+        name=FINISHED_GATE,
         passed=cut == 0,
         observed=cut,
         threshold=0,
@@ -503,7 +514,7 @@ def measure(
     )
     problems = [p for r in runs for p in r.client_problems] + host_problems
     client_gate = Gate(
-        name="client-not-bottleneck",
+        name=CLIENT_GATE,
         passed=not problems,
         observed=metrics.get("client_lag_p99_s"),
         threshold=cfg.max_client_lag_p99_ms / 1e3,
@@ -521,7 +532,7 @@ def measure(
         baseline = ctx.baseline_for()
         base_check = baseline.check("throughput") if baseline is not None else None
         pairs = paired.applies(ctx)  # the paired verdict replaces the unpaired regression gates
-        if baseline is not None and base_check is not None and base_check.verdict == "pass":
+        if baseline is not None and base_check is not None and base_check.verdict in ("pass", "ungated"):
             spread = ([r.samples for r in runs], raw_runs(base_check))
             if not pairs:
                 gates.extend(regression_gates(cfg, metrics, base_check.metrics, baseline.cell.id, spread))
@@ -586,6 +597,8 @@ def _summary(verdict: str, metrics: dict[str, float], gates: list[Gate]) -> str:
         f"TPOT p50 {metrics.get('tpot_p50_s', math.nan) * 1e3:.1f} ms, errors {metrics.get('error_rate', 0.0):.1%}"
     )
     failed = [g.detail for g in gates if not g.passed]
+    if verdict == "ungated":
+        return f"{head} (ungated: no floor, baseline or paired verdict judged its speed)"
     if verdict == "pass" or not failed:
         return head
     return f"{head}; {failed[0]}"

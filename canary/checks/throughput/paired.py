@@ -124,7 +124,7 @@ def add_paired(ctx: CheckContext, base: WorkloadSpec, result: CheckResult, load:
         "redeploy_rounds": paired.redeploy_rounds,
     }
     result.evidence["paired"] = block
-    if result.verdict != "pass":
+    if result.verdict not in ("pass", "ungated"):  # a clean load; ungated: the paired verdict is its gate
         block["skipped"] = f"the throughput measurement was {result.verdict}"
         return
     if counterpart is None or ctx.deploy is None:

@@ -1,7 +1,7 @@
 """junit.xml: one test suite per cell; one test case for the cell's verdict and one per check.
 
 CI systems read it. Mapping: pass -> passed; fail, unexpected-pass -> failure; error, invalid ->
-error; skipped, unsupported -> skipped. Expected failures are skipped with an "xfail" message, and
+error; skipped, unsupported, ungated -> skipped. Expected failures are skipped with an "xfail" message, and
 so are the failing checks of an expected-fail cell: the cell test case carries the verdict.
 """
 
@@ -35,7 +35,7 @@ def _outcome(element: ET.Element, verdict: str, message: str, body: str, xfail: 
     if xfail or verdict == "expected-fail":
         ET.SubElement(element, "skipped", message=clean(f"xfail: {message}")).text = clean(body) or None
         return "skipped"
-    if verdict in ("skipped", "unsupported"):
+    if verdict in ("skipped", "unsupported", "ungated"):
         ET.SubElement(element, "skipped", message=clean(f"{verdict}: {message}"))
         return "skipped"
     kind = "error" if verdict in ("error", "invalid") else "failure"

@@ -36,7 +36,8 @@ def test_definitive_findings_outrank_what_could_not_be_measured() -> None:
     assert worst(["error", "fail", "pass"]) == "fail"
     assert worst(["invalid", "error"]) == "error"
     assert worst(["pass", "skipped", "unsupported"]) == "pass"
-    assert worst([]) == "pass"
+    assert worst([]) == "ungated"  # nothing judged is never a pass (issue 41)
+    assert worst(["pass", "ungated", "skipped"]) == "pass"
     for a in v.DEFINITIVE_FAILURES:
         for b in v.INCONCLUSIVE_VERDICTS:
             assert v.VERDICT_SEVERITY[a] < v.VERDICT_SEVERITY[b]
