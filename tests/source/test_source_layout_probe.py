@@ -67,3 +67,26 @@ def test_an_exact_kernel_size_matches_exactly(tree: SourceTree) -> None:
     assert "if block_size == supported_size:" in body and "block_size % supported_size.base == 0" in body, (
         f"{tree.label}: vllm/v1/worker/utils.py _block_size_is_supported changed its rule"
     )
+
+
+NIXL_REGION_LISTS = ("region_group_ids", "region_num_blocks", "region_mem_types", "region_names", "_ssm_region_indices")
+
+
+def test_what_the_probe_reads_per_group_and_per_nixl_region(tree: SourceTree) -> None:
+    """spec_facts reads SlidingWindowSpec.sliding_window and page_size_bytes; region_facts reads the NIXL
+    worker's per-region lists (each assigned in NixlBaseConnectorWorker)."""
+    specs = "vllm.v1.kv_cache_interface"
+    assert "sliding_window" in class_fields(tree, specs, "SlidingWindowSpec"), f"{tree.label}: SlidingWindowSpec"
+    assert method(tree, specs, "KVCacheSpec", "page_size_bytes") is not None, (
+        f"{tree.label}: KVCacheSpec.page_size_bytes"
+    )
+    for name in ("SlidingWindowSpec", "MLAAttentionSpec", "MambaSpec", "FullAttentionSpec"):
+        assert "block_size" in class_fields(tree, specs, name), (
+            f"{tree.label}: {name} is gone (spec_kind reads its name)"
+        )
+    text = tree.read(NIXL_BASE_PATH)
+    for name in NIXL_REGION_LISTS:
+        assert f"self.{name}" in text, f"{tree.label}: {NIXL_BASE_PATH} no longer keeps self.{name}"
+
+
+NIXL_BASE_PATH = "vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py"

@@ -19,7 +19,11 @@ Recorded (schema_version 2; readers accept 1, which lacks the fields marked *):
                           in use, and (*) `declared`: per attention backend of the group, what the
                           engine's own code declares: class, get_supported_kernel_block_sizes(spec)
                           as [{"int": n} | {"multiple_of": n} | {"unknown": repr}],
-                          supported_kv_cache_dtypes, is_mla
+                          supported_kv_cache_dtypes, is_mla; (*) `kind` (full, sliding, mla, mamba,
+                          other: from the spec class), `sliding_window`, `storage_block_size`,
+                          `page_size_bytes` (what one block of the group takes per layer)
+  runner_kernel_block_sizes*  the runner's kernel block list as it stands (one entry per group it
+                          did not skip: a list shorter than the groups is indexed out of step)
   num_blocks              logical blocks of the KV manager
   manager_views           KV tensors as allocated for the manager / KV connectors (shape, dtype,
                           strides, bytes, grain: logical | kernel | same | unknown)
@@ -27,7 +31,9 @@ Recorded (schema_version 2; readers accept 1, which lacks the fields marked *):
   nixl                    what NixlConnector registered: block_size (tokens per registered block),
                           num_blocks, physical blocks per logical block, block_len_per_layer (bytes),
                           num_regions, num_descs; remote engines' block sizes and ratio mapping;
-                          (*) input_views: the tensors handed to register_kv_caches, recorded on entry
+                          (*) input_views: the tensors handed to register_kv_caches, recorded on entry;
+                          (*) regions: per NIXL region its KV cache group, blocks and memory type,
+                          and ssm_regions (the regions holding Mamba / GDN state)
   transfers               the first transfers read on this side: local and remote block ids
 
 Hook points (vLLM 0.32/0.33 names; pinned by tests/source/test_source_layout_probe.py):
@@ -248,6 +254,34 @@ def _declarations(attn_groups: Any) -> list[dict[str, Any]]:
     return out[:MAX_TENSORS]
 
 
+def spec_kind(spec: Any) -> str:
+    """full, sliding, mla, mamba or other, from a KV cache spec's class name (vLLM's names:
+    FullAttentionSpec, SlidingWindowSpec, MLAAttentionSpec, MambaSpec, ...)."""
+    name = type(spec).__name__
+    for needle, kind in (("MLA", "mla"), ("Sliding", "sliding"), ("Mamba", "mamba"), ("FullAttention", "full")):
+        if needle in name:
+            return kind
+    return "other"
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def spec_facts(spec: Any) -> dict[str, Any]:
+    """What a group's spec says beyond its block size: kind, window, storage block, page bytes."""
+    try:
+        page = _int_or_none(getattr(spec, "page_size_bytes", None))
+    except Exception:  # a property that cannot compute for this spec
+        page = None
+    return {
+        "kind": spec_kind(spec),
+        "sliding_window": _int_or_none(getattr(spec, "sliding_window", None)),
+        "storage_block_size": _int_or_none(getattr(spec, "storage_block_size", None)),
+        "page_size_bytes": page,
+    }
+
+
 def _is_profiling(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """initialize_kv_cache(kv_cache_config, is_profiling=False, ...): a profile run records nothing."""
     return bool(kwargs.get("is_profiling") or (len(args) > 1 and args[1] is True))
@@ -311,6 +345,7 @@ def record_runner_state(
                 "kernel_block_sizes": [kernel_sizes[index]] if index < len(kernel_sizes) else [],
                 "num_layers": len(getattr(group, "layer_names", []) or []),
                 "declared": _declarations(in_group),
+                **spec_facts(spec),
             }
         )
     num_blocks = int(getattr(config, "num_blocks", 0) or 0)
@@ -331,6 +366,7 @@ def record_runner_state(
         phase=phase,
         kv_cache_dtype=str(dtype) if dtype is not None else None,
         kv_cache_groups=groups,
+        runner_kernel_block_sizes=[_int_or_none(size) for size in kernel_sizes],
         num_blocks=num_blocks,
         manager_views=_views(list(manager.items()), num_blocks, logical, kernel),
         kernel_views=_views(kernel_named, num_blocks, logical, kernel),
@@ -376,10 +412,35 @@ def record_nixl_register(recorder: Recorder, worker: Any, args: tuple[Any, ...],
         facts[key] = int(value) if isinstance(value, int) else None
     lens = getattr(worker, "block_len_per_layer", None)
     facts["block_len_per_layer"] = [int(x) for x in lens][: MAX_TENSORS * 4] if lens is not None else None
+    facts["regions"] = region_facts(worker)
+    ssm = getattr(worker, "_ssm_region_indices", None)
+    facts["ssm_regions"] = [int(i) for i in ssm][:MAX_IDS] if isinstance(ssm, list) else None
     with recorder.lock:
         nixl = dict(recorder.record.get("nixl") or {})
     nixl.update(facts)
     recorder.update(nixl=nixl)
+
+
+def region_facts(worker: Any) -> list[dict[str, Any]] | None:
+    """Per NIXL region: the KV cache group it belongs to, its blocks, memory type and name (None: the
+    worker keeps no per-region lists, an older NIXL connector)."""
+    groups = getattr(worker, "region_group_ids", None)
+    if not isinstance(groups, list):
+        return None
+    blocks = list(getattr(worker, "region_num_blocks", None) or [])
+    mem_types = list(getattr(worker, "region_mem_types", None) or [])
+    names = list(getattr(worker, "region_names", None) or [])
+    out = []
+    for index, group in enumerate(groups[:MAX_IDS]):
+        out.append(
+            {
+                "group_id": _int_or_none(group),
+                "num_blocks": _int_or_none(blocks[index]) if index < len(blocks) else None,
+                "mem_type": str(mem_types[index]) if index < len(mem_types) else None,
+                "name": str(names[index])[:120] if index < len(names) else None,
+            }
+        )
+    return out
 
 
 def record_nixl_remote(recorder: Recorder, worker: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

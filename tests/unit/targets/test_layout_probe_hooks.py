@@ -211,3 +211,51 @@ def test_entry_is_recorded_before_anything_is_allocated(tmp_path: Path) -> None:
     assert record["phase"] == "entered" and record["num_blocks"] == 100
     assert record["kv_cache_groups"][0]["logical_block_size"] == 128
     assert record["kv_cache_groups"][0]["kernel_block_sizes"] == []
+
+
+@dataclass
+class SlidingWindowSpec:
+    block_size: int
+    sliding_window: int
+    page_size_bytes: int = 8192
+
+
+@dataclass
+class MambaSpec:
+    block_size: int
+
+    @property
+    def page_size_bytes(self) -> int:
+        raise NotImplementedError("shapes unknown")
+
+
+def test_every_group_is_recorded_with_its_kind_window_and_page(tmp_path: Path) -> None:
+    """A hybrid's groups (sliding window, full attention, Mamba state) each get their own record, and
+    the runner's kernel list as it stands (shorter than the groups when one was skipped)."""
+    _, runner_cls, _ = _hooked(tmp_path)
+    config = KVConfig(
+        [
+            Group(["layers.0.attn"], SlidingWindowSpec(128, 64)),  # type: ignore[arg-type]
+            Group(["layers.1.attn"], Spec(128)),
+            Group(["layers.2.mixer"], MambaSpec(256)),  # type: ignore[arg-type]
+        ],
+        num_blocks=10,
+    )
+    runner_cls().initialize_kv_cache(config)
+    groups = _written(tmp_path)["kv_cache_groups"]
+    facts = [(g["kind"], g["sliding_window"], g["page_size_bytes"], g["logical_block_size"]) for g in groups]
+    assert facts == [("sliding", 64, 8192, 128), ("other", None, None, 128), ("mamba", None, None, 256)]
+    assert _written(tmp_path)["runner_kernel_block_sizes"] == [128]  # the stand-in runner sets one entry
+
+
+def test_nixl_regions_are_recorded_per_group() -> None:
+    worker = types.SimpleNamespace(
+        region_group_ids=[0, 1, 1],
+        region_num_blocks=[100, 100],
+        region_mem_types=["DRAM", "DRAM", "DRAM"],
+        region_names=["layers.0", "layers.1", "layers.2"],
+    )
+    regions = probe.region_facts(worker)
+    assert regions is not None and [r["group_id"] for r in regions] == [0, 1, 1]
+    assert [r["num_blocks"] for r in regions] == [100, 100, None]  # a shorter list is unknown, not guessed
+    assert probe.region_facts(types.SimpleNamespace()) is None
