@@ -290,7 +290,13 @@ def plan_json(the_plan: Plan, schedule: Schedule | None = None) -> str:
 
 def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     """canary plan."""
+    from canary.run.preflight import check_results_dir
+
     config, the_plan = load_plan(args)
+    try:  # a plan that could never record its run is refused now, not after it ran
+        check_results_dir(config, config_path=str(args.config), dry=True)
+    except ConfigError as exc:
+        raise blame_overrides(exc, list(args.overrides)) from None
     schedule = schedule_for(config, the_plan)
     if args.json:
         print(plan_json(the_plan, schedule))
@@ -321,7 +327,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     results_from = RESULTS_DIR_FLAG if args.results_dir else RESULTS_DIR_KEY
     try:  # what the target refuses (export.results_dir, target.devices): maybe a --set wrote it
         if args.dry_run:
-            print(dry_run(config, the_plan, config_path=str(args.config)))
+            print(dry_run(config, the_plan, config_path=str(args.config), results_from=results_from))
             return EXIT_OK
         run = run_and_report(config, the_plan, config_path=str(args.config), console=console, results_from=results_from)
     except ConfigError as exc:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pydantic import Field
 
 from canary.config.base import Probability, Strict
+from canary.config.urls import DatabaseUrl, HttpUrl
 
 
 class PushgatewayConfig(Strict):
     """Push results to a Prometheus Pushgateway."""
 
-    url: str | None = Field(None, description="Pushgateway URL; env PUSHGATEWAY_URL is used when unset.")
+    url: HttpUrl | None = Field(None, description="Pushgateway URL; env PUSHGATEWAY_URL is used when unset.")
     job: str = Field("vllm-canary", description="Job name of the grouping key.")
     scope: str = Field("default", description="Second grouping-key label, so several canaries coexist.")
     retries: int = Field(3, ge=0, description="Retries before spooling to disk.")
@@ -24,7 +25,7 @@ class HistoryConfig(Strict):
     path: str = Field(
         "history.sqlite", description="SQLite file, relative to results_dir unless absolute (used when url is unset)."
     )
-    url: str | None = Field(
+    url: DatabaseUrl | None = Field(
         None, description="postgresql://user:password@host:port/db: one history for several canaries instead of SQLite."
     )
     alpha: Probability = Field(0.05, description="Permutation-test level of an E-Divisive change point.")

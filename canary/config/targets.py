@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from canary.config.base import PositiveInt, Strict, Topology
 from canary.config.matrix import CellMatch
+from canary.config.urls import HttpUrl
 from canary.core.words import listing
 
 NonNegativeInt = Annotated[int, Field(ge=0)]
@@ -103,12 +104,28 @@ class DevicePoolConfig(Strict):
 class EndpointTargetConfig(Strict):
     """Check an existing OpenAI-compatible server or P/D router; start nothing."""
 
-    url: str = Field(description="Base URL of the server or router, e.g. http://127.0.0.1:8000.")
+    url: HttpUrl = Field(description="Base URL of the server or router, e.g. http://127.0.0.1:8000.")
     model: str | None = Field(None, description="Model name (default: the first listed by /v1/models).")
-    metrics_url: str | None = Field(None, description="/metrics of an aggregated server.")
-    prefill_metrics_url: str | None = Field(None, description="/metrics of the prefill server (P/D).")
-    decode_metrics_url: str | None = Field(None, description="/metrics of the decode server (P/D).")
+    metrics_url: HttpUrl | None = Field(None, description="/metrics of an aggregated server.")
+    prefill_metrics_url: HttpUrl | None = Field(
+        None, description="/metrics of the prefill server (P/D; required with topology pd-nixl)."
+    )
+    decode_metrics_url: HttpUrl | None = Field(
+        None, description="/metrics of the decode server (P/D; required with topology pd-nixl)."
+    )
     topology: Topology = Field("aggregated", description="What sits behind the URL.")
+
+    @model_validator(mode="after")
+    def _pd_needs_its_engines(self) -> EndpointTargetConfig:
+        # A router's /metrics says nothing about its engines: without theirs, startup could verify no block
+        # size and kv_transfer no NIXL counter, so such a P/D cell could never be judged. Refused here.
+        missing = [k for k in ("prefill_metrics_url", "decode_metrics_url") if getattr(self, k) is None]
+        if self.topology == "pd-nixl" and missing:
+            raise ValueError(
+                f"topology pd-nixl needs {' and '.join(missing)}: the engines' /metrics are the only place the "
+                "canary reads what a P/D pair runs (block size, KV dtype, NIXL counters) behind a router"
+            )
+        return self
 
 
 Placement = Literal["same-node", "cross-node"]

@@ -16,6 +16,7 @@ from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from canary.core.redact import redact_url
 from canary.core.words import did_you_mean
 from canary.errors import ConfigError
 
@@ -129,7 +130,9 @@ def describe(
         return "required key is missing"
     got = error.get("input")
     message = str(error.get("msg", "invalid value"))
-    if isinstance(got, (str, int, float, bool)):
+    if isinstance(got, str):
+        return f"{message} (got {redact_url(got)!r})"  # a URL's password is never echoed
+    if isinstance(got, (int, float, bool)):
         return f"{message} (got {got!r})"
     return message
 

@@ -23,10 +23,17 @@ from canary.targets import create_target
 
 
 def dry_run(
-    config: CanaryConfig, the_plan: Plan, *, config_path: str = "config", warn: Callable[[str], None] = warn_stderr
+    config: CanaryConfig,
+    the_plan: Plan,
+    *,
+    config_path: str = "config",
+    warn: Callable[[str], None] = warn_stderr,
+    results_from: str = RESULTS_DIR_KEY,
 ) -> str:
     """Everything each planned cell would start (commands, env, ports to be picked), as JSON. What would stop
-    a run here but not the rendering (weights not on this machine, no GPU) is passed to `warn`."""
+    a run here but not the rendering (weights not on this machine, no GPU) is passed to `warn`; a results
+    directory the run could not write is refused, as the run would (canary.run.preflight)."""
+    check_results_dir(config, config_path=config_path, results_from=results_from, dry=True)
     target = create_target(config, source=config_path)
     for message in preflight(target, the_plan.planned(), dry_run=True):
         warn(message)

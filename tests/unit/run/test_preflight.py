@@ -1,7 +1,8 @@
 """What `canary run` refuses before its first engine: a results directory it cannot write (exit 2, naming
 it and why: canary.run.preflight) and, on the local target, a builtin model that is not built (exit 1,
-naming `make model`: LocalTarget.preflight). Plan and the dry run, which write and start nothing,
-accept both (tests/support/refusal.py)."""
+naming `make model`: LocalTarget.preflight). Plan and the dry run refuse the results directory too
+(exit 2, leaving nothing behind: a config that can never record a run is refused at the door), and accept
+the unbuilt model, which only the run needs (tests/support/refusal.py)."""
 
 from __future__ import annotations
 
@@ -35,13 +36,38 @@ def test_an_unwritable_results_dir_is_refused_by_run(
 
 
 @pytest.mark.parametrize("command", [("plan",), ("run", "--dry-run")], ids=["plan", "dry-run"])
-def test_plan_and_dry_run_write_nothing_so_they_accept_it(
+def test_plan_and_dry_run_refuse_it_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: tuple[str, ...]
+) -> None:
+    results = _under_a_file(tmp_path)
+    data = base_config(tmp_path)
+    data["export"]["results_dir"] = str(results)
+    err = assert_refused(
+        write_config(tmp_path, data), "export.results_dir", monkeypatch, capsys, command,
+        text=f"results directory {results} cannot hold run",
+    )  # fmt: skip
+    assert f"{tmp_path / 'a-file'} is a file, not a directory" in err, err
+
+
+@pytest.mark.parametrize("command", [("plan",), ("run", "--dry-run")], ids=["plan", "dry-run"])
+def test_plan_and_dry_run_leave_no_results_dir_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: tuple[str, ...]
 ) -> None:
     data = base_config(tmp_path)
-    data["export"]["results_dir"] = str(_under_a_file(tmp_path))
+    data["export"]["results_dir"] = str(tmp_path / "new" / "results")
     code, err = run_cli([*command, str(write_config(tmp_path, data))], monkeypatch, capsys)
     assert code == cli.EXIT_OK, err
+    assert not (tmp_path / "new").exists(), "the write check removes what it created"
+
+
+def test_dry_run_names_a_results_dir_flag_as_the_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = _under_a_file(tmp_path)
+    config = write_config(tmp_path, base_config(tmp_path))
+    code, err = run_cli(["run", "--dry-run", str(config), "--results-dir", str(results)], monkeypatch, capsys)
+    assert code == cli.EXIT_USAGE, err
+    assert err.startswith(f"canary: error: --results-dir: results directory {results} "), err
 
 
 def test_a_results_dir_flag_is_named_as_the_flag(

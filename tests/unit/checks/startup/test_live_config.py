@@ -209,7 +209,7 @@ def test_a_log_without_its_start_is_unknown_not_v1() -> None:
 
 def test_a_server_with_no_log_at_all_leaves_log_fields_unverified() -> None:
     """The endpoint target has no log by design: those fields are unverified, not 'cannot judge'."""
-    observed = Observed(block_size=32, has_log=False)
+    observed = Observed(block_size=32, kv_cache_dtype="auto", has_log=False)
     _, unverified = compare(_expected(), observed)
     assert "model runner" in unverified
     assert missing_evidence(observed, unverified) == []
