@@ -32,3 +32,8 @@ def test_an_endpoint_target_needs_nothing_installed() -> None:
 def test_a_missing_config_exits_2_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["needs", "/nonexistent/canary.yaml"]) == 2
     assert "/nonexistent/canary.yaml" in capsys.readouterr().err
+
+
+def test_a_config_serving_a_family_model_needs_the_family_models_too(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["needs", str(REPO_ROOT / "configs/cpu-families.yaml")]) == 0
+    assert capsys.readouterr().out.split() == ["engine", "model", "families"]

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from canary.checks.startup import declared as declared_sizes
+from canary.checks.startup.kv_groups import group_summaries
 from canary.config import CanaryConfig
 from canary.config.catalog import KernelBlockSizes
 from canary.judge.results import Gate
@@ -107,6 +108,7 @@ def summarize(record: Mapping[str, Any] | None) -> dict[str, Any]:
         "nixl_block_size": nixl.get("block_size"),
         "nixl_num_blocks": nixl.get("num_blocks"),
         "nixl_physical_per_logical": nixl.get("physical_blocks_per_logical"),
+        "groups": group_summaries(record),
         "hooks_not_ok": {k: v for k, v in (record.get("hooks") or {}).items() if v not in ("ok", "installed")},
     }
 

@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from canary.checks.startup.kv_groups import group_text
 from canary.judge.results import CellResult, CheckResult, RunResult
 from canary.judge.verdicts import DEFINITIVE_FAILURES, INCONCLUSIVE_VERDICTS
 
@@ -152,7 +153,9 @@ ROLE_INITIAL = {"aggregated": "", "prefill": "P ", "decode": "D "}
 
 def kv_grain(result: CellResult) -> str:
     """What the engines' layout probe recorded, per engine: logical/kernel block and NIXL's registered
-    block, e.g. `P 128/32 nixl 32 · D 128/128 nixl 128` ('-' where nothing was recorded)."""
+    block, e.g. `P 128/32 nixl 32 · D 128/128 nixl 128` ('-' where nothing was recorded); an engine with
+    several KV cache groups (a hybrid model) lists each: `[sliding64 128/128 x1, full 128/128 x1]`
+    (kind and window, logical/kernel block, NIXL regions: canary.checks.startup.kv_groups)."""
     startup = result.check("startup")
     layout = startup.evidence.get("layout") if startup is not None else None
     engines = layout.get("engines") if isinstance(layout, dict) else None
@@ -166,6 +169,9 @@ def kv_grain(result: CellResult) -> str:
         text = f"{ROLE_INITIAL.get(role, role + ' ')}{summary.get('logical_block_size', '?')}/{kernels[0]}"
         if summary.get("nixl_block_size"):
             text += f" nixl {summary['nixl_block_size']}"
+        groups = summary.get("groups")
+        if isinstance(groups, list) and len(groups) > 1:
+            text += " [" + ", ".join(group_text(g) for g in groups if isinstance(g, dict)) + "]"
         parts.append(text)
     return " · ".join(parts) or "-"
 

@@ -1,0 +1,63 @@
+"""Every KV cache group of an engine as its layout probe recorded it, in the few words a report shows.
+
+A hybrid model (sliding window, Mamba or GDN state beside attention) has several groups, each with its own
+spec, block and NIXL regions; the layout gates judge the full-attention group, and this summary keeps the
+others in sight (canary/targets/engine_site/layout_probe.py records them).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def group_summaries(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One entry per KV cache group: id, kind, window, logical and kernel block, storage block, page bytes,
+    layers, and how many NIXL regions belong to it (None: the probe recorded no regions)."""
+    groups = record.get("kv_cache_groups") or []
+    nixl = record.get("nixl") or {}
+    regions = nixl.get("regions") if isinstance(nixl, Mapping) else None
+    per_group = (
+        Counter(r.get("group_id") for r in regions if isinstance(r, Mapping)) if isinstance(regions, list) else None
+    )
+    out = []
+    for index, group in enumerate(groups):
+        if not isinstance(group, Mapping):
+            continue
+        group_id = _int(group.get("group_id"))
+        group_id = index if group_id is None else group_id
+        kernels = [k for k in group.get("kernel_block_sizes") or [] if _int(k) is not None]
+        out.append(
+            {
+                "group_id": group_id,
+                "kind": group.get("kind") or str(group.get("spec") or "?"),
+                "sliding_window": _int(group.get("sliding_window")),
+                "logical_block_size": _int(group.get("logical_block_size")),
+                "kernel_block_size": kernels[0] if kernels else None,
+                "storage_block_size": _int(group.get("storage_block_size")),
+                "page_size_bytes": _int(group.get("page_size_bytes")),
+                "num_layers": _int(group.get("num_layers")),
+                "nixl_regions": None if per_group is None else per_group.get(group_id, 0),
+            }
+        )
+    return out
+
+
+def group_text(group: Mapping[str, Any]) -> str:
+    """'sliding64 128/128 x1' (kind, window, logical/kernel block, NIXL regions): one group in a report."""
+    kind = str(group.get("kind") or "?")
+    if group.get("sliding_window"):
+        kind += str(group["sliding_window"])
+    logical = group.get("logical_block_size") or "?"
+    kernel = group.get("kernel_block_size") or "?"
+    text = f"{kind} {logical}/{kernel}"
+    if group.get("storage_block_size") and group["storage_block_size"] != logical:
+        text += f" store {group['storage_block_size']}"
+    if group.get("nixl_regions") is not None:
+        text += f" x{group['nixl_regions']}"
+    return text

@@ -1,0 +1,45 @@
+"""Every KV cache group of a hybrid engine in the startup evidence and the report (kv_groups, kv_grain)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from canary.checks.startup.kv_groups import group_summaries, group_text
+from canary.checks.startup.layout import summarize
+from canary.config.load import load_config
+from canary.export.report.grid import kv_grain
+from canary.judge.results import CellResult, CheckResult
+from canary.paths import REPO_ROOT
+from canary.plan.matrix import plan
+
+
+def _gemma_record() -> dict[str, Any]:
+    """What the probe records for the tiny Gemma-3 (3 sliding groups + 1 full, block 128) as a P/D engine."""
+    sliding = {"spec": "SlidingWindowSpec", "kind": "sliding", "sliding_window": 64}
+    full = {"spec": "FullAttentionSpec", "kind": "full", "sliding_window": None}
+    groups = [
+        {**kind, "group_id": i, "logical_block_size": 128, "kernel_block_sizes": [128], "page_size_bytes": 16384}
+        for i, kind in enumerate([sliding, sliding, sliding, full])
+    ]
+    regions = [{"group_id": i, "num_blocks": 100, "mem_type": "DRAM", "name": f"l{i}"} for i in range(4)]
+    return {"kv_cache_groups": groups, "nixl": {"block_size": 128, "regions": regions}, "num_blocks": 100}
+
+
+def test_each_group_keeps_its_kind_window_block_and_regions() -> None:
+    summaries = group_summaries(_gemma_record())
+    assert [group_text(g) for g in summaries] == ["sliding64 128/128 x1"] * 3 + ["full 128/128 x1"]
+    record = _gemma_record()
+    del record["nixl"]["regions"]  # an older probe: regions unknown, not zero
+    assert {g["nixl_regions"] for g in group_summaries(record)} == {None}
+    assert group_text({"kind": "mla", "logical_block_size": 16, "kernel_block_size": 16}) == "mla 16/16"
+
+
+def test_the_report_lists_every_group_of_a_hybrid_engine() -> None:
+    config = load_config(REPO_ROOT / "configs/cpu-families.yaml", [])
+    cell = next(c for c in plan(config).planned() if c.model == "gemma3" and c.topology == "pd-nixl")
+    engines = {"prefill": summarize(_gemma_record()), "decode": summarize(_gemma_record())}
+    startup = CheckResult(name="startup", verdict="pass", evidence={"layout": {"engines": engines}})
+    grain = kv_grain(CellResult(cell=cell, verdict="pass", checks=[startup]))
+    assert grain.startswith("P 128/128 nixl 128 [sliding64 128/128 x1, sliding64 128/128 x1, ")
+    assert grain.endswith("full 128/128 x1]")
+    assert grain.count("[") == 2  # both engines
