@@ -18,6 +18,7 @@ from canary.judge.results import RunResult
 from canary.plan.matrix import Plan
 from canary.run.preflight import RESULTS_DIR_KEY, check_results_dir
 from canary.run.runner import execute, new_run_id, preflight
+from canary.run.wave_preview import wave_preview
 from canary.run.wave_run import execute_waves
 from canary.targets import create_target
 
@@ -38,7 +39,11 @@ def dry_run(
     for message in preflight(target, the_plan.planned(), dry_run=True):
         warn(message)
     rendered = [{"cell": cell.id, "status": cell.status, **target.describe(cell)} for cell in the_plan.planned()]
-    return json.dumps({"config": config.name, "target": config.target.kind, "cells": rendered}, indent=2)
+    payload: dict[str, object] = {"config": config.name, "target": config.target.kind, "cells": rendered}
+    waves = wave_preview(config, the_plan)
+    if waves is not None:  # Kubernetes in waves: tonight's waves and the first wave's manifests
+        payload["waves"] = waves
+    return json.dumps(payload, indent=2)
 
 
 RUN_TEXTFILE_NAME = "canary.prom"

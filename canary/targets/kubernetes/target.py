@@ -489,5 +489,10 @@ class KubernetesTarget:
                     "ucx_tls": self.config.target.kubernetes.nixl.tls,
                 }
             ),
-            "note": "Helm deploys the cells (helm/vllm-pd); this target only reads them.",
+            "note": (
+                "Helm deploys the cells (helm/vllm-pd); this target only reads them."
+                if self.config.target.kubernetes.gpu_budget is None
+                else "this run deploys the cells itself, wave by wave (helm/vllm-pd rendered per wave): "
+                "the first wave's manifests are under waves.first_wave"
+            ),
         }
