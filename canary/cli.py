@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from canary.bisect import cli as bisect_cli
+from canary.checks.estimate import checks_by_cell
 from canary.config import CanaryConfig
 from canary.config.load import blame_overrides, load_config
 from canary.core.words import closest, listing
@@ -224,7 +225,7 @@ def schedule_for(config: CanaryConfig, the_plan: Plan) -> Schedule | None:
         return None
     from canary.plan.rotation import load_state
 
-    return select_night(the_plan.planned(), config, load_state(config).last_checked())
+    return select_night(the_plan.planned(), config, load_state(config).last_checked(), checks_by_cell)
 
 
 def waves_table(schedule: Schedule) -> Table:

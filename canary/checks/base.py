@@ -1,17 +1,20 @@
 """The check interface and registry.
 
 A check is one folder, `canary/checks/<name>/`, whose `check.py` registers it with
-`@register(name, order=..., settings=..., metric_keys=...)`: its name, its place in a cell's run,
-its config model (the `checks.<name>` section) and the CheckResult.metrics keys it exports. A check
-takes a CheckContext (the cell, its deployment, the config, results of earlier cells of this run)
-and returns a CheckResult. The runner calls them in check_order(). tests/unit/checks/test_registry.py
-holds each declaration against the config's CheckName and ChecksConfig and the metric schema.
+`@register(name, order=..., settings=..., metrics=..., estimate=...)`: its name, its place in a cell's
+run, its config model (the `checks.<name>` section, defined in the folder's `settings.py`), the
+metrics it exports (the folder's `exported.py`) and its time on a cell (for the GPU wave packing).
+The config, the Prometheus schema, the wave estimate and the docs' reference read the registry; a
+check takes a CheckContext (the cell, its deployment, the config, results of earlier cells of this
+run) and returns a CheckResult. The runner calls them in check_order().
+tests/unit/checks/test_registry.py holds the declarations against the folders, the config and the
+schema, and adds a throwaway check to show that a folder is all a new check needs.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,9 +24,11 @@ from pydantic import BaseModel
 
 from canary.config import CanaryConfig
 from canary.config.checks import CHECKS_PACKAGE, check_folders
+from canary.core.metric_spec import Exported
 from canary.judge.results import CellResult, CheckResult
 from canary.plan.cell import Cell
 from canary.plan.matrix import expand
+from canary.plan.waves import EstimateModel
 from canary.targets.base import Deployment
 
 DeployFn = Callable[[Cell, Path], AbstractContextManager[Deployment]]
@@ -103,18 +108,44 @@ CheckFn = Callable[[CheckContext], CheckResult]
 BeforeChecksHook = Callable[[CheckContext], None]
 
 
+@dataclass
+class EstimateInput:
+    """What a check's time estimate reads (canary.checks.estimate calls it for each enabled check)."""
+
+    cell: Cell
+    config: CanaryConfig
+    model: EstimateModel
+    planned: Sequence[Cell] | None = None
+    """The cells planned with it (a P/D cell's control may be among them); None: whatever it compares
+    against is planned."""
+    memo: dict[str, object] = field(default_factory=dict)
+    """Shared by the estimates of one planning pass (what every cell would compute again)."""
+
+
+Estimate = Callable[[EstimateInput], float | None]
+"""A check's wall time on one started cell in seconds (canary.plan.waves.EstimateModel's constants), or
+None when it sends nothing there (e.g. kv_transfer on an aggregated cell, startup: its wait is the wave's)."""
+
+
 @dataclass(frozen=True)
 class CheckSpec:
-    """What registering a check declares."""
+    """What registering a check declares: the one place a check is defined."""
 
     name: str
     order: int
     """Place in a cell's run, lowest first (startup is 0: nothing else runs on a cell that did not start)."""
     settings: type[BaseModel]
-    """Its config model, the `checks.<name>` section of canary.config.ChecksConfig."""
-    metric_keys: tuple[str, ...]
-    """CheckResult.metrics keys it writes that the exporters read (constants of canary.core.metric_keys)."""
+    """Its config model, the `checks.<name>` section of canary.config.ChecksConfig (its folder's settings.py)."""
+    metrics: tuple[Exported, ...]
+    """What it exports: each metric (name, help, unit, labels) and the CheckResult.metrics key it reads."""
+    estimate: Estimate
+    """Its time on a cell, for the GPU wave packing (canary.checks.estimate)."""
     run: CheckFn
+
+    @property
+    def metric_keys(self) -> tuple[str, ...]:
+        """CheckResult.metrics keys it writes that the exporters read."""
+        return tuple(dict.fromkeys(m.key for m in self.metrics))
 
 
 _REGISTRY: dict[str, CheckSpec] = {}
@@ -122,12 +153,12 @@ _BEFORE_CHECKS: dict[str, BeforeChecksHook] = {}
 
 
 def register(
-    name: str, *, order: int, settings: type[BaseModel], metric_keys: tuple[str, ...]
+    name: str, *, order: int, settings: type[BaseModel], metrics: Sequence[Exported], estimate: Estimate
 ) -> Callable[[CheckFn], CheckFn]:
     """Register a check function with its declaration (see CheckSpec)."""
 
     def wrap(fn: CheckFn) -> CheckFn:
-        _REGISTRY[name] = CheckSpec(name, order, settings, tuple(metric_keys), fn)
+        _REGISTRY[name] = CheckSpec(name, order, settings, tuple(metrics), estimate, fn)
         return fn
 
     return wrap

@@ -12,22 +12,13 @@ The time model (`EstimateModel`; every constant lives there):
   (`target.kubernetes.typical_start_s`; at worst `ready_timeout_s`), run every cell's checks
   *one cell after another* (one controller, one load generator: measurements of one cell are not
   disturbed by another's load), delete the objects and wait for the pods to go (`teardown_s`).
-- A cell's checks, from its config (`checks.*`), with `token_s` seconds per generated token of a
-  sequence and `request_s` per request on top (prefill, HTTP):
-  kv_transfer (P/D): `probe_requests` requests of 4 tokens;
-  parity (`parity_phases`, from `checks.parity`; n = the prompts of
-  `canary.plan.parity_lengths.prompt_lengths`): 2n `/tokenize` requests (`tokenize_s` each); an
-  aggregated control n greedy requests of `max_tokens` one at a time (the prefix-cache miss), then
-  one wave of `null_concurrency` in flight: n again (the null arm), n altered-first-block twins of
-  min(`max_tokens`, `dependence_tokens`) tokens (the evidence check), n teacher-forced re-scorings
-  (one token); a P/D cell one wave of n generations through the router and n re-scorings on its
-  prefill server (at most n: only evidence prompts are sent), plus the control's requests when no
-  aggregated control is planned (it then measures the reference on its own prefill server). A
-  wave's requests of one kind take `ceil(requests / concurrency)` rounds;
-  accuracy: `ceil(limit / num_concurrent)` rounds of `max_gen_toks` tokens (no early stop);
-  throughput: per repeat, closed loop `ceil((num_requests + warmup) / concurrency)` rounds of
-  `output_tokens` tokens, open loop `(num_requests + warmup) / request_rate` s, at most
-  `max_duration_s`.
+- A cell's checks, one after another: each registered check declares its own time on a cell
+  (`register(estimate=...)`, canary/checks/<name>/estimate.py), from its config section, with
+  `token_s` seconds per generated token of a sequence, `request_s` per request on top (prefill,
+  HTTP) and `tokenize_s` per `/tokenize` request; a phase of requests of one kind takes
+  `ceil(requests / concurrency)` rounds (RequestPhase). This module cannot import the checks (plan
+  sits below them): its callers (canary.run, the CLI) give it their estimator,
+  canary.checks.estimate.checks_by_cell.
 - A run fits when its typical estimate is at most `fill_ratio` of the deadline (the rest is the
   margin for slow starts, retries and export).
 
@@ -42,7 +33,7 @@ returns tonight's cells.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -50,7 +41,6 @@ from canary.config import CanaryConfig, CellMatch
 from canary.errors import CanaryError
 from canary.plan.cell import Cell
 from canary.plan.matrix import matches
-from canary.plan.parity_lengths import cell_prompt_lengths, prompt_lengths
 
 KEY_BUDGET = "target.kubernetes.gpu_budget"
 KEY_DEADLINE = "target.kubernetes.job_deadline_s"
@@ -109,14 +99,6 @@ def _rounds(requests: int, concurrency: int) -> int:
     return math.ceil(requests / max(1, concurrency))
 
 
-def parity_prompt_count(config: CanaryConfig, cell: Cell | None = None) -> int:
-    """Prompts the parity check sends on a cell (canary.plan.parity_lengths.cell_prompt_lengths;
-    no cell: an aggregated one, every length of the config)."""
-
-    every = prompt_lengths(config)
-    return len(every) if cell is None else len(cell_prompt_lengths(config, cell, every))
-
-
 @dataclass(frozen=True)
 class RequestPhase:
     """Requests of one kind a check sends: `tokens` generated tokens each, `concurrency` in flight."""
@@ -131,96 +113,9 @@ class RequestPhase:
         return _rounds(self.requests, self.concurrency) * (model.request_s + self.tokens * model.token_s)
 
 
-def parity_phases(config: CanaryConfig, pd: bool, own_reference: bool, prompts: int) -> list[RequestPhase]:
-    """The parity check's generation requests on one cell (canary/checks/parity/check.py), from
-    `checks.parity`: the control's reference, null arm and evidence twins (an aggregated cell, or a
-    P/D cell without a planned control: `own_reference`), and a P/D cell's generations and
-    re-scorings. `prompts`: parity_prompt_count(config). The /tokenize requests are not phases
-    (no model work): 2 per prompt, EstimateModel.tokenize_s each."""
-    settings = config.checks.parity
-    tokens, wave = settings.max_tokens, settings.null_concurrency
-    phases: list[RequestPhase] = []
-    if not pd or own_reference:
-        phases += [
-            RequestPhase("reference (prefix-cache miss, one at a time)", prompts, tokens, 1),
-            RequestPhase("null arm (again, in a concurrent wave)", prompts, tokens, wave),
-            RequestPhase("altered-first-block twins", prompts, min(tokens, settings.dependence_tokens), wave),
-            RequestPhase("null arm (teacher-forced re-scoring)", prompts, 1, wave),
-        ]
-    if pd:
-        phases += [
-            RequestPhase("P/D generations through the router", prompts, tokens, wave),
-            RequestPhase("teacher-forced re-scoring on the prefill server", prompts, 1, wave),
-        ]
-    return phases
-
-
-def parity_seconds(
-    config: CanaryConfig, pd: bool, own_reference: bool, prompts: int, model: EstimateModel = DEFAULT_MODEL
-) -> float:
-    """Estimated seconds of the parity check on one cell (parity_phases plus the /tokenize requests)."""
-    phases = parity_phases(config, pd, own_reference, prompts)
-    return 2 * prompts * model.tokenize_s + sum(phase.seconds(model) for phase in phases)
-
-
-def check_seconds(
-    cell: Cell,
-    config: CanaryConfig,
-    model: EstimateModel = DEFAULT_MODEL,
-    parity_prompts: int | None = None,
-    own_reference: bool = False,
-) -> dict[str, float]:
-    """Estimated seconds of each enabled check of a started cell (startup's wait is the wave's).
-    `parity_prompts`: parity_prompt_count(config), when the caller has it already; `own_reference`:
-    a P/D cell without a planned aggregated control (its parity measures the reference itself)."""
-    checks = config.checks
-    pd = cell.topology == "pd-nixl"
-    per_token, per_request = model.token_s, model.request_s
-    out: dict[str, float] = {}
-    if pd and checks.kv_transfer.enabled:
-        out["kv_transfer"] = checks.kv_transfer.probe_requests * (per_request + 4 * per_token)
-    if checks.parity.enabled:
-        prompts = parity_prompt_count(config, cell) if parity_prompts is None else parity_prompts
-        out["parity"] = parity_seconds(config, pd, own_reference, prompts, model)
-    if checks.accuracy.enabled:
-        accuracy = checks.accuracy
-        rounds = _rounds(accuracy.limit, accuracy.num_concurrent)
-        out["accuracy"] = rounds * (per_request + accuracy.max_gen_toks * per_token)
-    if checks.throughput.enabled:
-        load = checks.throughput
-        requests = load.num_requests + load.warmup_requests
-        if load.request_rate is not None:
-            one = requests / load.request_rate + per_request + load.output_tokens * per_token
-        else:
-            one = _rounds(requests, load.concurrency) * (per_request + load.output_tokens * per_token)
-        out["throughput"] = load.repeats * min(float(load.max_duration_s), one)
-    return {name: round(seconds, 1) for name, seconds in out.items()}
-
-
-def cell_check_seconds(
-    cell: Cell,
-    config: CanaryConfig,
-    model: EstimateModel = DEFAULT_MODEL,
-    parity_prompts: int | None = None,
-    own_reference: bool = False,
-) -> float:
-    """All checks of one cell, seconds (arguments: check_seconds)."""
-    return sum(check_seconds(cell, config, model, parity_prompts, own_reference).values())
-
-
-def checks_by_cell(
-    cells: Sequence[Cell], planned: Sequence[Cell], config: CanaryConfig, model: EstimateModel = DEFAULT_MODEL
-) -> dict[str, float]:
-    """Cell id -> seconds of its checks; a P/D cell whose aggregated control is not in `planned`
-    measures its parity reference itself."""
-
-    every = prompt_lengths(config) if config.checks.parity.enabled else []
-    return {
-        c.id: cell_check_seconds(
-            c, config, model, len(cell_prompt_lengths(config, c, every)), control_of(c, planned) is None
-        )
-        for c in cells
-    }
+Estimator = Callable[[Sequence[Cell], Sequence[Cell], CanaryConfig, EstimateModel], Mapping[str, float]]
+"""(cells, planned, config, model) -> cell id -> seconds of the cell's checks: what the caller gives the packing
+(canary.checks.estimate.checks_by_cell; a P/D cell whose control is not in `planned` measures its own reference)."""
 
 
 # --------------------------------------------------------------------------- waves
@@ -283,15 +178,13 @@ def pack(
     cells: Sequence[Cell],
     config: CanaryConfig,
     budget: int,
+    check_s: Mapping[str, float],
     model: EstimateModel = DEFAULT_MODEL,
-    check_s: Mapping[str, float] | None = None,
 ) -> list[Wave]:
     """Pack cells, in the given order, into waves of at most `budget` GPUs (next fit: the order is
     kept, so controls and high-risk cells come first). Each wave runs its aggregated cells first.
-    `check_s` (cell id -> seconds of its checks) saves recomputing them."""
+    `check_s`: cell id -> seconds of its checks (an Estimator's answer, with the same `model`)."""
     settings = config.target.kubernetes
-    if check_s is None:
-        check_s = checks_by_cell(cells, cells, config, model)
     waves: list[list[Cell]] = []
     used = 0
     for cell in cells:
@@ -374,11 +267,13 @@ def select_night(
     planned: Sequence[Cell],
     config: CanaryConfig,
     last_checked: Mapping[str, datetime],
+    estimate: Estimator,
     model: EstimateModel = DEFAULT_MODEL,
 ) -> Schedule:
     """Tonight's waves: every cell when all fit; else the nightly cells (and their controls) plus
-    the least recently checked others while they fit. Raises ScheduleError when even the nightly
-    cells do not fit the deadline."""
+    the least recently checked others while they fit. `estimate`: the checks' time on each cell
+    (canary.checks.estimate.checks_by_cell). Raises ScheduleError when even the nightly cells do not
+    fit the deadline."""
     settings = config.target.kubernetes
     budget = settings.gpu_budget
     if budget is None:
@@ -386,12 +281,12 @@ def select_night(
     deadline = settings.job_deadline_s
     window = deadline * model.fill_ratio
     gpus = {c.id: gpus_per_cell(c, config) for c in planned}
-    check_s = checks_by_cell(planned, planned, config, model)
+    check_s = estimate(planned, planned, config, model)
 
     def schedule(cells: Sequence[Cell]) -> Schedule:
         chosen = {c.id for c in cells}
         deferred = tuple(c for c in planned if c.id not in chosen)
-        waves = tuple(pack(cells, config, budget, model, check_s))
+        waves = tuple(pack(cells, config, budget, check_s, model))
         return Schedule(waves=waves, deferred=deferred, budget=budget, deadline_s=deadline, gpus=gpus, model=model)
 
     every_night = settings.rotation.every_night

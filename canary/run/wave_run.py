@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
+from canary.checks.estimate import checks_by_cell
 from canary.config import CanaryConfig
 from canary.judge.results import CellCoverage, CellResult, RunResult, utc_now
 from canary.plan.matrix import Plan
@@ -92,7 +93,7 @@ def execute_waves(
     state = state or load_state(config, run_dir.parent)
     planned = plan.planned()
     state.keep_only(c.id for c in planned)
-    schedule = select_night(planned, config, state.last_checked())
+    schedule = select_night(planned, config, state.last_checked(), checks_by_cell)
     run = new_run(config, run_dir, config_path)
     for line in format_schedule(schedule):
         progress(line)

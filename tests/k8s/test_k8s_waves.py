@@ -18,6 +18,7 @@ import yaml
 from k8s_helpers import CHARTS, by_kind, helm_bin, load_crd_schemas, render, validate
 from kmock_cluster import KmockCluster, kmock_cluster
 
+from canary.checks.estimate import checks_by_cell
 from canary.config import CanaryConfig, KubernetesTargetConfig
 from canary.config.load import validate_config
 from canary.plan.kube_names import LABEL_MANAGED, MANAGED_VALUE
@@ -277,7 +278,9 @@ def test_waves_stay_inside_the_gpu_budget_tear_down_and_resume_the_rotation(clus
     assert nightly <= set(night1) & set(night2)
     new = set(night2) - set(night1)
     assert new, "the second night must move the rotation on"
-    expected = select_night(planned, config, {cell: datetime(2026, 1, 1, tzinfo=UTC) for cell in night1})
+    expected = select_night(
+        planned, config, {cell: datetime(2026, 1, 1, tzinfo=UTC) for cell in night1}, checks_by_cell
+    )
     assert set(night2) == {c.id for c in expected.cells}
     assert max(cluster.samples) <= BUDGET
     assert_empty(cluster)
@@ -408,7 +411,7 @@ def test_the_run_loop_never_starts_a_wave_past_the_deadline(cluster: Cluster, tm
         clock=lambda: next(clock, 1000.0),
     )
     assert any("not started" in line for line in lines), lines
-    first_wave = select_night(plan(config).planned(), config, {}).waves[0]
+    first_wave = select_night(plan(config).planned(), config, {}, checks_by_cell).waves[0]
     assert [r.cell.id for r in run.cells] == [c.id for c in first_wave.cells]
     assert_empty(cluster)
 
@@ -416,7 +419,7 @@ def test_the_run_loop_never_starts_a_wave_past_the_deadline(cluster: Cluster, tm
 def test_the_chart_ci_waves_config_is_a_valid_plan_inside_its_deadline(tmp_path: Path) -> None:
     values = yaml.safe_load((CHARTS / "canary" / "ci" / "waves-values.yaml").read_text())
     config = validate_config(yaml.safe_load(values["config"]), "helm/canary/ci/waves-values.yaml config")
-    night = select_night(plan(config).planned(), config, {})
+    night = select_night(plan(config).planned(), config, {}, checks_by_cell)
     assert night.typical_s <= config.target.kubernetes.job_deadline_s
     docs = render("canary", tmp_path / "helm", [CHARTS / "canary" / "ci" / "waves-values.yaml"])
     spec = by_kind(docs, "CronJob")[0]["spec"]["jobTemplate"]["spec"]
@@ -435,7 +438,7 @@ def test_a_night_applies_holm_and_its_last_lines_and_rotation_say_the_recorded_v
 
     config = _config(tmp_path, job_deadline_s=3000)  # room for the load test's estimate in each wave
     config.checks.throughput.enabled = True
-    first = select_night(plan(config).planned(), config, {}).cells[0].id
+    first = select_night(plan(config).planned(), config, {}, checks_by_cell).cells[0].id
 
     def throughput(ctx: Any) -> Any:
         return crafted_throughput([0.02, 0.6, 0.7] if ctx.cell.id == first else [0.5, 0.6, 0.7])

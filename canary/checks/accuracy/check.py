@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from canary.checks.accuracy.estimate import estimate
+from canary.checks.accuracy.exported import EXPORTED
 from canary.checks.accuracy.gsm8k import (
     Gsm8kError,
     Gsm8kRunner,
@@ -262,14 +264,8 @@ def build_result(
     "accuracy",
     order=2,
     settings=AccuracyCheckConfig,
-    metric_keys=(
-        keys.ACCURACY,
-        keys.ACCURACY_WILSON_LOW,
-        keys.ACCURACY_WILSON_HIGH,
-        keys.ACCURACY_THRESHOLD,
-        keys.QUESTIONS,
-        keys.MCNEMAR_P_VALUE,
-    ),
+    metrics=EXPORTED,
+    estimate=estimate,
 )
 def accuracy_check(ctx: CheckContext) -> CheckResult:
     """GSM8K on the cell's endpoint (the router for P/D), gated and paired with the control."""

@@ -30,6 +30,8 @@ import urllib.request
 from dataclasses import asdict, dataclass
 
 from canary.checks.base import CheckContext, before_checks, register
+from canary.checks.kv_transfer.estimate import estimate
+from canary.checks.kv_transfer.exported import EXPORTED
 from canary.checks.startup.layout import judge_transfers
 from canary.config import KvTransferCheckConfig
 from canary.core import metric_keys as keys
@@ -189,7 +191,8 @@ def transfer_metrics(delta: KvCounters, probes_ok: float) -> dict[str, float]:
     "kv_transfer",
     order=4,
     settings=KvTransferCheckConfig,
-    metric_keys=(keys.NIXL_BYTES_TRANSFERRED, keys.NIXL_FAILED_TRANSFERS, keys.DECODE_RECOMPUTED_TOKEN_SHARE),
+    metrics=EXPORTED,
+    estimate=estimate,
 )
 def kv_transfer_check(ctx: CheckContext) -> CheckResult:
     """Prove KV moved from prefill to decode during the checks (P/D cells)."""

@@ -43,6 +43,8 @@ from typing import Any
 from canary.checks.base import CheckContext, register
 from canary.checks.parity.client import ParityError, generate, rescore, tokenize
 from canary.checks.parity.drift import judge_drift
+from canary.checks.parity.estimate import estimate
+from canary.checks.parity.exported import EXPORTED
 from canary.checks.parity.fidelity import Fidelity, Series, compare
 from canary.checks.parity.gates import (
     BlockSide,
@@ -69,33 +71,6 @@ from canary.config import ParityCheckConfig
 from canary.core import metric_keys as keys
 from canary.judge.results import CheckResult, Gate
 from canary.plan.parity_lengths import block_sizes, cell_prompt_lengths, prompt_lengths
-
-PARITY_KEYS: tuple[str, ...] = (
-    keys.PARITY_MATCH_RATE,
-    keys.PARITY_FIRST_DIFF_MIN,
-    keys.PARITY_PROMPTS,
-    keys.PARITY_EVIDENCE_PROMPTS,
-    keys.PARITY_REJECTED_PROMPTS,
-    keys.PARITY_KL_MAX,
-    keys.PARITY_KL_MEAN,
-    keys.PARITY_ABS_DLOGPROB_MAX,
-    keys.PARITY_TOP1_AGREE_MIN,
-    keys.PARITY_NULL_KL_MAX,
-    keys.PARITY_NULL_ABS_DLOGPROB_MAX,
-    keys.PARITY_NULL_TOKEN_FLIPS,
-    keys.PARITY_KL_OVER_FLOOR,
-    keys.PARITY_ABS_DLOGPROB_OVER_FLOOR,
-    keys.PARITY_FAILING_PROMPTS,
-    keys.PARITY_FIRST_DIVERGENT_BLOCK,
-    keys.PARITY_DRIFT_PROMPTS,
-    keys.PARITY_DRIFT_TOKEN_FLIPS,
-    keys.PARITY_DRIFT_KL_MAX,
-    keys.PARITY_DRIFT_ABS_DLOGPROB_MAX,
-    keys.PARITY_DRIFT_FIRST_DIFF_MIN,
-    keys.PARITY_DRIFT_KL_OVER_FLOOR,
-    keys.PARITY_DRIFT_FAILED_GATES,
-)
-"""Every number of this check: all of them are exported."""
 
 
 def measure_reference(
@@ -184,7 +159,8 @@ def _invalid(refs: Sequence[Reference], settings: ParityCheckConfig, evidence: d
     "parity",
     order=1,
     settings=ParityCheckConfig,
-    metric_keys=PARITY_KEYS,
+    metrics=EXPORTED,
+    estimate=estimate,
 )
 def parity_check(ctx: CheckContext) -> CheckResult:
     """In-domain prompts, logprob fidelity gated against the null arm; P/D against the control."""

@@ -46,6 +46,8 @@ from typing import Any
 
 from canary.checks.base import CheckContext, register
 from canary.checks.startup import phases as startup_phases
+from canary.checks.startup.estimate import estimate
+from canary.checks.startup.exported import EXPORTED
 from canary.checks.startup.image_facts import image_facts
 from canary.checks.startup.layout import has_declaration, judge_layouts, summarize
 from canary.config import StartupCheckConfig
@@ -372,7 +374,8 @@ def _failed(ctx: CheckContext) -> CheckResult:
     "startup",
     order=0,
     settings=StartupCheckConfig,
-    metric_keys=(keys.READY_S_TOTAL,),
+    metrics=EXPORTED,
+    estimate=estimate,
 )
 def startup_check(ctx: CheckContext) -> CheckResult:
     """Time to ready, classification of a failed start, live-config verification."""

@@ -40,6 +40,8 @@ from typing import Any
 
 from canary.checks.base import CheckContext, register
 from canary.checks.throughput import hostload, loadparity, paired, pdtime, prefixcache
+from canary.checks.throughput.estimate import estimate
+from canary.checks.throughput.exported import EXPORTED
 from canary.checks.throughput.workload import cell_workload, workload_evidence
 from canary.config import CapacityConfig, ThroughputCheckConfig
 from canary.config.workloads import WorkloadShape
@@ -55,7 +57,7 @@ from canary.judge.request_tests import (
     per_request_gates,
     raw_runs,
 )
-from canary.judge.results import CAUSE_KEY, LATENCIES, CheckResult, Gate
+from canary.judge.results import CAUSE_KEY, CheckResult, Gate
 from canary.load.capacity import (
     CapacityResult,
     CapacitySlo,
@@ -72,36 +74,6 @@ from canary.targets.base import Deployment
 
 # Metrics that are counts per run: summed over repeats rather than taken as a median.
 _COUNTS = ("requests_total", "requests_succeeded", "requests_failed", "requests_not_sent", "requests_cut_by_deadline")
-
-
-CAPACITY_KEYS: tuple[str, ...] = (
-    keys.CAPACITY_REQUESTS_PER_S,
-    keys.CAPACITY_LOW_REQUESTS_PER_S,
-    keys.CAPACITY_HIGH_REQUESTS_PER_S,
-    keys.CAPACITY_REQUESTS_USED,
-    keys.CAPACITY_SECONDS_USED,
-)
-"""The capacity search's numbers (only when checks.throughput.capacity is on)."""
-GAIN_KEYS: tuple[str, ...] = (keys.DISAGG_GAIN, keys.DISAGG_GAIN_LOW, keys.DISAGG_GAIN_HIGH, keys.DISAGG_ENGINE_SCALE)
-"""A P/D cell's disaggregation gain over its control (canary.judge.capacity_gain)."""
-
-EXPORTED_KEYS: tuple[str, ...] = (
-    keys.REQUESTS_PER_S,
-    keys.OUTPUT_TOKENS_PER_S,
-    keys.GOODPUT_REQUESTS_PER_S,
-    keys.PAIRED_RATIO,
-    keys.PAIRED_RATIO_LOW,
-    keys.PAIRED_RATIO_HIGH,
-    *(keys.latency_key(kind, pct) for kind in LATENCIES for pct in keys.EXPORTED_PERCENTILES),
-    *CAPACITY_KEYS,
-    *GAIN_KEYS,
-    *(keys.pd_time_key(term, stat) for term in keys.PD_TIME_TERMS for stat in keys.PD_TIME_STATS),
-    keys.PD_TIME_REQUESTS,
-    keys.PD_TIME_RECOMPUTED,
-    *(keys.prefix_cache_key(keys.PREFIX_CACHE_HIT_RATE, role) for role in keys.PREFIX_CACHE_ROLES),
-    *loadparity.LOAD_PARITY_KEYS,
-)
-"""The numbers of this check the exporters read."""
 
 
 def build_spec(
@@ -281,7 +253,8 @@ def _prompt_source(ctx: CheckContext) -> tuple[list[int] | None, float, dict[str
     "throughput",
     order=3,
     settings=ThroughputCheckConfig,
-    metric_keys=EXPORTED_KEYS,
+    metrics=EXPORTED,
+    estimate=estimate,
 )
 def throughput_check(ctx: CheckContext) -> CheckResult:
     """Measure (the load `repeats` times, medians judged); measure again while the result is invalid,

@@ -59,18 +59,6 @@ EVIDENCE_KEY = "load_parity"
 GATE = "load-parity"
 """The gate it adds to the throughput check when it judged."""
 
-LOAD_PARITY_KEYS: tuple[str, ...] = (
-    keys.LOAD_PARITY_STATUS,
-    keys.LOAD_PARITY_SAMPLES,
-    keys.LOAD_PARITY_MATCH_RATE,
-    keys.LOAD_PARITY_FAILING,
-    keys.LOAD_PARITY_KL_OVER_FLOOR,
-    keys.LOAD_PARITY_NULL_SAMPLES,
-    keys.LOAD_PARITY_NULL_TOKEN_FLIPS,
-    keys.LOAD_PARITY_SECONDS,
-)
-"""Every number of the sub-result: all of them are exported."""
-
 
 def sample_budget(cfg: LoadParityConfig, num_requests: int, concurrency: int) -> tuple[int, int]:
     """(samples at most, samples in flight at a time) for a load of `num_requests` at `concurrency`."""

@@ -39,8 +39,8 @@ Cardinality
 -----------
 Bounded by the config, never by time: there is no run id, timestamp, URL or free text in any
 label (the parity metrics are per cell: no prompt text, length or fingerprint in any label). A run
-exposes at most ``SERIES_PER_CELL`` (123) series per cell plus ~15 run series: the CPU default
-(10 cells) < 1250 series, a 500-cell GPU matrix < 62k (a cell has only its topology's share: P/D
+exposes at most ``SERIES_PER_CELL`` (124) series per cell plus ~15 run series: the CPU default
+(10 cells) < 1250 series, a 500-cell GPU matrix about 62k (a cell has only its topology's share: P/D
 cells no drift series, aggregated cells no P/D fidelity, P/D time or gain series). Every push replaces the whole
 group, so series of cells no longer in the matrix disappear with the next run. ``verdict`` and
 ``failure_class`` series exist only for the current value (one series per cell), so a change of
@@ -65,31 +65,210 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from canary.checks.accuracy.exported import (
+    ACCURACY as ACCURACY,
+)
+from canary.checks.accuracy.exported import (
+    ACCURACY_HIGH as ACCURACY_HIGH,
+)
+from canary.checks.accuracy.exported import (
+    ACCURACY_LOW as ACCURACY_LOW,
+)
+from canary.checks.accuracy.exported import (
+    ACCURACY_PAIRED_P as ACCURACY_PAIRED_P,
+)
+from canary.checks.accuracy.exported import (
+    ACCURACY_QUESTIONS as ACCURACY_QUESTIONS,
+)
+from canary.checks.accuracy.exported import (
+    ACCURACY_THRESHOLD as ACCURACY_THRESHOLD,
+)
+from canary.checks.base import specs
+from canary.checks.kv_transfer.exported import (
+    DECODE_RECOMPUTED as DECODE_RECOMPUTED,
+)
+from canary.checks.kv_transfer.exported import (
+    NIXL_BYTES as NIXL_BYTES,
+)
+from canary.checks.kv_transfer.exported import (
+    NIXL_FAILED as NIXL_FAILED,
+)
+from canary.checks.parity.exported import (
+    PARITY as PARITY,
+)
+from canary.checks.parity.exported import (
+    PARITY_ABS_DLOGPROB_MAX as PARITY_ABS_DLOGPROB_MAX,
+)
+from canary.checks.parity.exported import (
+    PARITY_ABS_DLOGPROB_OVER_FLOOR as PARITY_ABS_DLOGPROB_OVER_FLOOR,
+)
+from canary.checks.parity.exported import (
+    PARITY_DRIFT_ABS_DLOGPROB_MAX as PARITY_DRIFT_ABS_DLOGPROB_MAX,
+)
+from canary.checks.parity.exported import (
+    PARITY_DRIFT_FAILED_GATES as PARITY_DRIFT_FAILED_GATES,
+)
+from canary.checks.parity.exported import (
+    PARITY_DRIFT_FIRST_DIFF as PARITY_DRIFT_FIRST_DIFF,
+)
+from canary.checks.parity.exported import (
+    PARITY_DRIFT_KL_MAX as PARITY_DRIFT_KL_MAX,
+)
+from canary.checks.parity.exported import (
+    PARITY_DRIFT_KL_OVER_FLOOR as PARITY_DRIFT_KL_OVER_FLOOR,
+)
+from canary.checks.parity.exported import (
+    PARITY_DRIFT_PROMPTS as PARITY_DRIFT_PROMPTS,
+)
+from canary.checks.parity.exported import (
+    PARITY_DRIFT_TOKEN_FLIPS as PARITY_DRIFT_TOKEN_FLIPS,
+)
+from canary.checks.parity.exported import (
+    PARITY_EVIDENCE_PROMPTS as PARITY_EVIDENCE_PROMPTS,
+)
+from canary.checks.parity.exported import (
+    PARITY_FAILING_PROMPTS as PARITY_FAILING_PROMPTS,
+)
+from canary.checks.parity.exported import (
+    PARITY_FIRST_DIFF as PARITY_FIRST_DIFF,
+)
+from canary.checks.parity.exported import (
+    PARITY_FIRST_DIVERGENT_BLOCK as PARITY_FIRST_DIVERGENT_BLOCK,
+)
+from canary.checks.parity.exported import (
+    PARITY_KL_MAX as PARITY_KL_MAX,
+)
+from canary.checks.parity.exported import (
+    PARITY_KL_MEAN as PARITY_KL_MEAN,
+)
+from canary.checks.parity.exported import (
+    PARITY_KL_OVER_FLOOR as PARITY_KL_OVER_FLOOR,
+)
+from canary.checks.parity.exported import (
+    PARITY_METRICS as PARITY_METRICS,
+)
+from canary.checks.parity.exported import (
+    PARITY_NULL_ABS_DLOGPROB_MAX as PARITY_NULL_ABS_DLOGPROB_MAX,
+)
+from canary.checks.parity.exported import (
+    PARITY_NULL_KL_MAX as PARITY_NULL_KL_MAX,
+)
+from canary.checks.parity.exported import (
+    PARITY_NULL_TOKEN_FLIPS as PARITY_NULL_TOKEN_FLIPS,
+)
+from canary.checks.parity.exported import (
+    PARITY_PROMPTS as PARITY_PROMPTS,
+)
+from canary.checks.parity.exported import (
+    PARITY_REJECTED_PROMPTS as PARITY_REJECTED_PROMPTS,
+)
+from canary.checks.parity.exported import (
+    PARITY_TOP1_AGREE_MIN as PARITY_TOP1_AGREE_MIN,
+)
+from canary.checks.startup.exported import (
+    STARTUP_SECONDS as STARTUP_SECONDS,
+)
+from canary.checks.throughput.exported import (
+    CAPACITY as CAPACITY,
+)
+from canary.checks.throughput.exported import (
+    CAPACITY_HIGH as CAPACITY_HIGH,
+)
+from canary.checks.throughput.exported import (
+    CAPACITY_LOW as CAPACITY_LOW,
+)
+from canary.checks.throughput.exported import (
+    CAPACITY_REQUESTS as CAPACITY_REQUESTS,
+)
+from canary.checks.throughput.exported import (
+    CAPACITY_SECONDS as CAPACITY_SECONDS,
+)
+from canary.checks.throughput.exported import (
+    DISAGG_ENGINE_SCALE as DISAGG_ENGINE_SCALE,
+)
+from canary.checks.throughput.exported import (
+    DISAGG_GAIN as DISAGG_GAIN,
+)
+from canary.checks.throughput.exported import (
+    DISAGG_GAIN_HIGH as DISAGG_GAIN_HIGH,
+)
+from canary.checks.throughput.exported import (
+    DISAGG_GAIN_LOW as DISAGG_GAIN_LOW,
+)
+from canary.checks.throughput.exported import (
+    GOODPUT_PER_S as GOODPUT_PER_S,
+)
+from canary.checks.throughput.exported import (
+    LATENCY as LATENCY,
+)
+from canary.checks.throughput.exported import (
+    LOAD_PARITY_FAILING as LOAD_PARITY_FAILING,
+)
+from canary.checks.throughput.exported import (
+    LOAD_PARITY_KL_OVER_FLOOR as LOAD_PARITY_KL_OVER_FLOOR,
+)
+from canary.checks.throughput.exported import (
+    LOAD_PARITY_MATCH as LOAD_PARITY_MATCH,
+)
+from canary.checks.throughput.exported import (
+    LOAD_PARITY_METRICS as LOAD_PARITY_METRICS,
+)
+from canary.checks.throughput.exported import (
+    LOAD_PARITY_NULL_SAMPLES as LOAD_PARITY_NULL_SAMPLES,
+)
+from canary.checks.throughput.exported import (
+    LOAD_PARITY_NULL_TOKEN_FLIPS as LOAD_PARITY_NULL_TOKEN_FLIPS,
+)
+from canary.checks.throughput.exported import (
+    LOAD_PARITY_SAMPLES as LOAD_PARITY_SAMPLES,
+)
+from canary.checks.throughput.exported import (
+    LOAD_PARITY_SECONDS as LOAD_PARITY_SECONDS,
+)
+from canary.checks.throughput.exported import (
+    LOAD_PARITY_STATUS as LOAD_PARITY_STATUS,
+)
+from canary.checks.throughput.exported import (
+    OUTPUT_TOKENS_PER_S as OUTPUT_TOKENS_PER_S,
+)
+from canary.checks.throughput.exported import (
+    PAIRED_RATIO as PAIRED_RATIO,
+)
+from canary.checks.throughput.exported import (
+    PAIRED_RATIO_HIGH as PAIRED_RATIO_HIGH,
+)
+from canary.checks.throughput.exported import (
+    PAIRED_RATIO_LOW as PAIRED_RATIO_LOW,
+)
+from canary.checks.throughput.exported import (
+    PD_TIME as PD_TIME,
+)
+from canary.checks.throughput.exported import (
+    PD_TIME_RECOMPUTED as PD_TIME_RECOMPUTED,
+)
+from canary.checks.throughput.exported import (
+    PD_TIME_REQUESTS as PD_TIME_REQUESTS,
+)
+from canary.checks.throughput.exported import (
+    PREFIX_CACHE_HIT as PREFIX_CACHE_HIT,
+)
+from canary.checks.throughput.exported import (
+    REQUESTS_PER_S as REQUESTS_PER_S,
+)
 from canary.core import metric_keys as k
+from canary.core.metric_spec import CELL_LABELS as CELL_LABELS
+from canary.core.metric_spec import PREFIX as PREFIX
+from canary.core.metric_spec import RESERVED_LABELS as RESERVED_LABELS
+from canary.core.metric_spec import MetricSpec as MetricSpec
+from canary.core.metric_spec import cell_metric
 from canary.export.history.tracked import TRACKED, TRACKED_CHECK
 from canary.judge import verdicts
 from canary.judge.results import LATENCIES as LATENCIES
 from canary.judge.results import CellResult, CheckResult, RunResult
 from canary.plan.cell import RISKS, Cell
 
-PREFIX = "canary_"
-
-CELL_LABELS: tuple[str, ...] = (
-    "cell",
-    "model",
-    "backend",
-    "prefill_block_size",
-    "decode_block_size",
-    "kernel_block_size",
-    "kv_cache_dtype",
-    "runner",
-    "topology",
-    "image",
-)
 RUN_LABELS: tuple[str, ...] = ("config", "platform", "target", "canary_version")
 IMAGE_LABELS: tuple[str, ...] = ("image", "image_ref", "baseline")
-# Labels the Pushgateway's grouping key owns: no metric may define them.
-RESERVED_LABELS = frozenset({"job", "scope", "instance"})
 
 # Numeric status of a verdict, for heatmaps (Grafana value mappings): 0 pass, higher is worse.
 # Codes, outcome classes and their order come from the one verdict table (canary.judge.verdicts).
@@ -108,24 +287,6 @@ _FAILURE_CLASS = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
 
 @dataclass(frozen=True)
-class MetricSpec:
-    """One metric: name (unit suffix included), help, unit and label names."""
-
-    name: str
-    help: str
-    unit: str
-    labels: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        if not self.name.startswith(PREFIX):
-            raise ValueError(f"{self.name}: metric names start with {PREFIX}")
-        if self.unit and not self.name.endswith(f"_{self.unit}"):
-            raise ValueError(f"{self.name}: the name must end with its unit _{self.unit}")
-        if RESERVED_LABELS & set(self.labels):
-            raise ValueError(f"{self.name}: labels {sorted(RESERVED_LABELS & set(self.labels))} are reserved")
-
-
-@dataclass(frozen=True)
 class CheckMetric:
     """Where a metric's value comes from: CheckResult.metrics[key] of check `check`."""
 
@@ -135,20 +296,16 @@ class CheckMetric:
     extra: tuple[tuple[str, str], ...] = field(default=())
 
 
-def _cell(name: str, help_text: str, unit: str = "", *extra: str) -> MetricSpec:
-    return MetricSpec(PREFIX + name, help_text, unit, (*CELL_LABELS, *extra))
-
-
 # --------------------------------------------------------------------------- the metrics
 
-CELL_VERDICT = _cell("cell_verdict", "1 for the cell's verdict in the last run (label verdict).", "", "verdict")
-CELL_STATUS = _cell(
+CELL_VERDICT = cell_metric("cell_verdict", "1 for the cell's verdict in the last run (label verdict).", "", "verdict")
+CELL_STATUS = cell_metric(
     "cell_status_code",
     "The cell's verdict as a number ("
     + ", ".join(f"{code} {verdict}" for verdict, code in VERDICT_CODES.items())
     + "): higher is worse.",
 )
-CELL_RISK = _cell(
+CELL_RISK = cell_metric(
     "cell_risk_info",
     "1 per risk flag the planner gave the cell (label risk: "
     + ", ".join(RISKS)
@@ -156,292 +313,21 @@ CELL_RISK = _cell(
     "",
     "risk",
 )
-CELL_DURATION = _cell("cell_duration_seconds", "Wall time of the cell: deploy, checks, teardown.", "seconds")
-CHECK_VERDICT = _cell(
+CELL_DURATION = cell_metric("cell_duration_seconds", "Wall time of the cell: deploy, checks, teardown.", "seconds")
+CHECK_VERDICT = cell_metric(
     "check_verdict", "1 for a check's verdict on the cell (labels check, verdict).", "", "check", "verdict"
 )
-CHECK_STATUS = _cell("check_status_code", "A check's verdict as a number (as canary_cell_status_code).", "", "check")
-CHECK_DURATION = _cell("check_duration_seconds", "Wall time of a check.", "seconds", "check")
-STARTUP_SECONDS = _cell(
-    "startup_duration_seconds", "Time from launch until every server of the cell was ready.", "seconds"
+CHECK_STATUS = cell_metric(
+    "check_status_code", "A check's verdict as a number (as canary_cell_status_code).", "", "check"
 )
-STARTUP_FAILURE = _cell(
+CHECK_DURATION = cell_metric("check_duration_seconds", "Wall time of a check.", "seconds", "check")
+STARTUP_FAILURE = cell_metric(
     "startup_failure_info",
     "1 when the cell failed to start; failure_class names the known signature.",
     "",
     "failure_class",
 )
-REQUESTS_PER_S = _cell(
-    "throughput_requests_per_second", "Completed requests per second under load (median of repeats)."
-)
-OUTPUT_TOKENS_PER_S = _cell(
-    "throughput_output_tokens_per_second", "Output tokens per second under load (median of repeats)."
-)
-GOODPUT_PER_S = _cell("goodput_requests_per_second", "Requests per second that met every configured SLO.")
-PAIRED_RATIO = _cell(
-    "throughput_paired_ratio",
-    "Paired verdict: candidate / baseline throughput measured in alternating windows (checks.throughput.paired).",
-    "ratio",
-)
-PAIRED_RATIO_LOW = _cell(
-    "throughput_paired_lower_ratio", "Low end of the paired ratio's t interval (pass when >= 1 - margin).", "ratio"
-)
-PAIRED_RATIO_HIGH = _cell(
-    "throughput_paired_upper_ratio", "High end of the paired ratio's t interval (regress when < 1 - margin).", "ratio"
-)
-# The SLO capacity search (checks.throughput.capacity, off by default; docs/methodology/capacity.md).
-# A bound the search could not establish has no series (never 0): with canary_capacity_search_requests
-# present (the search ran), a missing estimate means no rate held, a missing lower end "below the
-# lowest rate probed", a missing upper end "above the highest".
-CAPACITY = _cell(
-    "capacity_requests_per_second",
-    "SLO capacity: the open-loop request rate at which the capacity SLO's attainment crosses its target "
-    "(the probes' fitted crossing, else the highest rate that held; checks.throughput.capacity); no series when "
-    "no rate held.",
-)
-CAPACITY_LOW = _cell(
-    "capacity_lower_requests_per_second",
-    "Lower end of the SLO capacity's interval (the fitted crossing's Fieller interval, else the highest rate "
-    "whose probes up to the lowest failing one confidently met the target together); no series when nothing "
-    "bounds it below.",
-)
-CAPACITY_HIGH = _cell(
-    "capacity_upper_requests_per_second",
-    "Upper end of the SLO capacity's interval (the fitted crossing's Fieller interval, else the lowest rate "
-    "above every passing one that over-saturated or whose probes confidently failed together); no series when "
-    "nothing bounds it above.",
-)
-CAPACITY_REQUESTS = _cell(
-    "capacity_search_requests", "Requests the SLO capacity search sent over all its probes (present when it ran)."
-)
-CAPACITY_SECONDS = _cell("capacity_search_seconds", "Wall time of the SLO capacity search's probes.", "seconds")
-DISAGG_GAIN = _cell(
-    "disagg_gain",
-    "Disaggregation gain of a P/D cell: its SLO capacity over its aggregated control's scaled linearly to the "
-    "pair's engine count (canary_disagg_engine_scale; no such aggregated deployment is measured); 1: no gain.",
-)
-DISAGG_GAIN_LOW = _cell(
-    "disagg_gain_lower",
-    "Lower end of the disaggregation gain's interval (P/D lower end over the scaled control's upper end); no "
-    "series when an end is missing.",
-)
-DISAGG_GAIN_HIGH = _cell(
-    "disagg_gain_upper",
-    "Upper end of the disaggregation gain's interval (P/D upper end over the scaled control's lower end); no "
-    "series when an end is missing.",
-)
-DISAGG_ENGINE_SCALE = _cell(
-    "disagg_engine_scale",
-    "The factor a P/D cell's control capacity is multiplied by for its disaggregation gain: engines x tensor "
-    "parallel of the pair over the control's (linear-scaling assumption).",
-)
-LATENCY: dict[str, MetricSpec] = {
-    "ttft": _cell("ttft_seconds", "Time to first token under load, by percentile.", "seconds", "percentile"),
-    "tpot": _cell(
-        "tpot_seconds", "Time per output token (after the first) under load, by percentile.", "seconds", "percentile"
-    ),
-    "itl": _cell("itl_seconds", "Inter-token latency under load, by percentile.", "seconds", "percentile"),
-    "e2e": _cell(
-        "e2e_latency_seconds", "End-to-end request latency under load, by percentile.", "seconds", "percentile"
-    ),
-}
-PD_TIME = _cell(
-    "pd_time_seconds",
-    "Where a P/D cell's request time goes under load, by term (router, prefill_queue, prefill_compute, "
-    "decode_wait, kv_transfer, handover, first_decode_step: they sum to the TTFT; decode: the rest) and "
-    "percentile (p50, p90) over the measured requests (client, router and both engines joined per request).",
-    "seconds",
-    "term",
-    "percentile",
-)
-PD_TIME_REQUESTS = _cell(
-    "pd_time_requests", "Measured requests of a P/D cell joined across client, prefill and decode for pd_time."
-)
-PD_TIME_RECOMPUTED = _cell(
-    "pd_time_recomputed_requests",
-    "Of the joined requests of a P/D cell, those decode computed the prompt for instead of reading its KV.",
-)
-PREFIX_CACHE_HIT = _cell(
-    "prefix_cache_hit_ratio",
-    "Of the prompt tokens an engine of the cell (role: prefill, decode, aggregated) looked up in its own prefix "
-    "cache during the throughput check's load, the share it found (vllm:prefix_cache_hits / queries growth); no "
-    "series when the engine exports no such counter or nothing was queried.",
-    "ratio",
-    "role",
-)
-ACCURACY = _cell(
-    "gsm8k_accuracy_ratio", "GSM8K exact-match accuracy (flexible extract) of the questions evaluated.", "ratio"
-)
-ACCURACY_LOW = _cell(
-    "gsm8k_accuracy_wilson_lower_ratio", "Lower bound of the Wilson interval of GSM8K accuracy.", "ratio"
-)
-ACCURACY_HIGH = _cell(
-    "gsm8k_accuracy_wilson_upper_ratio", "Upper bound of the Wilson interval of GSM8K accuracy.", "ratio"
-)
-ACCURACY_THRESHOLD = _cell(
-    "gsm8k_accuracy_threshold_ratio",
-    "The absolute accuracy gate: a cell fails when its Wilson upper bound is below it.",
-    "ratio",
-)
-ACCURACY_PAIRED_P = _cell(
-    "gsm8k_paired_p_value",
-    "Exact McNemar p-value of a P/D cell against its aggregated control on the same questions.",
-)
-ACCURACY_QUESTIONS = _cell("gsm8k_questions", "GSM8K questions evaluated (early stop may end before the limit).")
-PARITY = _cell(
-    "parity_match_ratio",
-    "Share of a P/D cell's evidence prompts whose greedy tokens equal its aggregated control's (1 = identical).",
-    "ratio",
-)
-# KV fidelity (canary/checks/parity/check.py, docs/methodology/parity.md):
-# per cell, never per prompt (prompt ids and text stay in results.json).
-PARITY_KL_MAX = _cell(
-    "parity_kl_max_nats",
-    "Largest per-position top-k KL estimate of a P/D cell's output under its control (teacher-forced), in nats.",
-    "nats",
-)
-PARITY_KL_MEAN = _cell(
-    "parity_kl_mean_nats",
-    "Mean per-position top-k KL estimate of a P/D cell's output under its control over every evidence prompt.",
-    "nats",
-)
-PARITY_ABS_DLOGPROB_MAX = _cell(
-    "parity_abs_dlogprob_max_nats",
-    "Largest absolute logprob difference of a P/D cell's generated token between the P/D cell and its control.",
-    "nats",
-)
-PARITY_TOP1_AGREE_MIN = _cell(
-    "parity_top1_agreement_min_ratio",
-    "Lowest share, over a P/D cell's evidence prompts, of output positions whose argmax agrees with the control's.",
-    "ratio",
-)
-PARITY_NULL_KL_MAX = _cell(
-    "parity_null_kl_max_nats",
-    "Noise floor: largest KL of the control against itself (another batch composition, a prefix-cache hit, "
-    "teacher-forced scoring) that the cell's gates compare with.",
-    "nats",
-)
-PARITY_NULL_ABS_DLOGPROB_MAX = _cell(
-    "parity_null_abs_dlogprob_max_nats",
-    "Noise floor: largest absolute logprob difference of the control against itself.",
-    "nats",
-)
-PARITY_NULL_TOKEN_FLIPS = _cell(
-    "parity_null_token_flips", "Noise floor: null comparisons of an aggregated control whose greedy tokens differ."
-)
-PARITY_KL_OVER_FLOOR = _cell(
-    "parity_kl_over_floor",
-    "A P/D cell's largest KL as a multiple of its gate's threshold (margin x null floor + tolerance): above 1, "
-    "a prompt exceeds the engine's own noise.",
-)
-PARITY_ABS_DLOGPROB_OVER_FLOOR = _cell(
-    "parity_abs_dlogprob_over_floor",
-    "A P/D cell's largest absolute logprob difference as a multiple of its gate's threshold (above 1: beyond "
-    "the noise).",
-)
-PARITY_FAILING_PROMPTS = _cell("parity_failing_prompts", "Evidence prompts of a P/D cell beyond the noise floor.")
-PARITY_FIRST_DIVERGENT_BLOCK = _cell(
-    "parity_first_divergent_block",
-    "The earliest KV block (1-based, in blocks of the cell's smaller logical block size) a P/D cell's divergence "
-    "can start at, from the prompt lengths that match and fail; only when they fail in a block-position pattern.",
-)
-PARITY_FIRST_DIFF = _cell(
-    "parity_first_diff_position",
-    "Earliest output position whose greedy token differs from the control's (max_tokens when none does).",
-)
-PARITY_PROMPTS = _cell("parity_prompts", "Parity prompts measured, evidence or not.")
-PARITY_EVIDENCE_PROMPTS = _cell(
-    "parity_evidence_prompts", "Parity prompts whose output depends on their first block: the evidence."
-)
-PARITY_REJECTED_PROMPTS = _cell(
-    "parity_rejected_prompts",
-    "Parity prompts rejected as evidence (altering their first block changed nothing beyond the noise).",
-)
-PARITY_DRIFT_PROMPTS = _cell(
-    "parity_drift_prompts", "Prompts a candidate image's control compared with the same cell on the baseline image."
-)
-PARITY_DRIFT_TOKEN_FLIPS = _cell(
-    "parity_drift_token_flips", "Prompts whose greedy tokens on the candidate image differ from the baseline image's."
-)
-PARITY_DRIFT_KL_MAX = _cell(
-    "parity_drift_kl_max_nats",
-    "Largest per-position KL estimate of a candidate image's control against the baseline image's.",
-    "nats",
-)
-PARITY_DRIFT_ABS_DLOGPROB_MAX = _cell(
-    "parity_drift_abs_dlogprob_max_nats",
-    "Largest absolute logprob difference of a candidate image's control against the baseline image's.",
-    "nats",
-)
-PARITY_DRIFT_FIRST_DIFF = _cell(
-    "parity_drift_first_diff_position",
-    "Earliest output position that differs between the candidate and the baseline image (max_tokens: none).",
-)
-PARITY_DRIFT_KL_OVER_FLOOR = _cell(
-    "parity_drift_kl_over_floor",
-    "A candidate image's largest drift KL as a multiple of the drift gate's threshold (margin x both images' "
-    "null floor + tolerance).",
-)
-PARITY_DRIFT_FAILED_GATES = _cell(
-    "parity_drift_failed_gates",
-    "Drift gates of a candidate image's control that failed against the baseline image (0: within the noise).",
-)
-# Parity under load (the throughput check's sub-result, canary/checks/throughput/loadparity.py,
-# docs/methodology/load-parity.md): per cell, no prompt in any label.
-LOAD_PARITY_STATUS = _cell(
-    "load_parity_status_code",
-    "Parity under load, the throughput check's sub-verdict as a number (as canary_cell_status_code): 0 the "
-    "samples inside the load agree within the null floor, 7 beyond it, 4 too few samples inside the load.",
-)
-LOAD_PARITY_SAMPLES = _cell(
-    "load_parity_samples", "Greedy parity samples that ran entirely inside the load run and were judged."
-)
-LOAD_PARITY_MATCH = _cell(
-    "load_parity_match_ratio",
-    "Share of the samples under load whose greedy tokens equal the control's reference (1 = identical).",
-    "ratio",
-)
-LOAD_PARITY_FAILING = _cell(
-    "load_parity_failing_samples", "P/D samples under load beyond the null floor (the parity check's gates)."
-)
-LOAD_PARITY_KL_OVER_FLOOR = _cell(
-    "load_parity_kl_over_floor",
-    "A P/D cell's largest teacher-forced KL of a sample under load as a multiple of its gate's threshold (above 1: "
-    "beyond the noise floor).",
-)
-LOAD_PARITY_NULL_SAMPLES = _cell(
-    "load_parity_null_samples", "The null arm under load: the control's own samples compared with its reference."
-)
-LOAD_PARITY_NULL_TOKEN_FLIPS = _cell(
-    "load_parity_null_token_flips",
-    "Null arm under load: the control's samples whose greedy tokens differ from its own reference (batch-dependent "
-    "numerics of an honest engine).",
-)
-LOAD_PARITY_SECONDS = _cell(
-    "load_parity_duration_seconds",
-    "Seconds parity under load added to the throughput check (reference and re-scoring; the samples ride the load).",
-    "seconds",
-)
-LOAD_PARITY_METRICS: tuple[tuple[MetricSpec, str], ...] = (
-    (LOAD_PARITY_STATUS, k.LOAD_PARITY_STATUS),
-    (LOAD_PARITY_SAMPLES, k.LOAD_PARITY_SAMPLES),
-    (LOAD_PARITY_MATCH, k.LOAD_PARITY_MATCH_RATE),
-    (LOAD_PARITY_FAILING, k.LOAD_PARITY_FAILING),
-    (LOAD_PARITY_KL_OVER_FLOOR, k.LOAD_PARITY_KL_OVER_FLOOR),
-    (LOAD_PARITY_NULL_SAMPLES, k.LOAD_PARITY_NULL_SAMPLES),
-    (LOAD_PARITY_NULL_TOKEN_FLIPS, k.LOAD_PARITY_NULL_TOKEN_FLIPS),
-    (LOAD_PARITY_SECONDS, k.LOAD_PARITY_SECONDS),
-)
-NIXL_BYTES = _cell(
-    "nixl_transferred_bytes", "KV-cache bytes NIXL moved from prefill to decode during the checks.", "bytes"
-)
-DECODE_RECOMPUTED = _cell(
-    "decode_recomputed_prompt_ratio",
-    "Share of the decode server's prompt tokens it computed itself instead of receiving them over NIXL.",
-    "ratio",
-)
-NIXL_FAILED = _cell("nixl_failed_transfers", "NIXL transfers that failed during the checks.")
-HISTORY_CHANGE_WORSE = _cell(
+HISTORY_CHANGE_WORSE = cell_metric(
     "history_change_worse_ratio",
     "How much worse a throughput metric (label metric) got at a change point of the run history "
     "(E-Divisive, canary/history), as a fraction of the earlier mean; only while the change point lies "
@@ -452,7 +338,7 @@ HISTORY_CHANGE_WORSE = _cell(
 # Cell age: every cell the run checked (its start) and, in a rolling coverage (Kubernetes waves), every
 # planned cell, checked tonight or not. A timestamp, not an age, so the age stays true between runs:
 # dashboards show time() - this.
-CELL_LAST_CHECKED = _cell(
+CELL_LAST_CHECKED = cell_metric(
     "cell_last_checked_timestamp_seconds",
     "When the cell's checks last ran (Unix time; age = time() - value): every cell the run checked, and every "
     "planned cell of a rotating matrix, also those not run tonight; cells never checked have no series.",
@@ -481,80 +367,10 @@ IMAGE_INFO = MetricSpec(
     PREFIX + "image_info", '1 per image of the last run; baseline="true" marks the baseline image.', "", IMAGE_LABELS
 )
 
-# The parity check's numbers (canary/checks/parity/metrics.py, parity_drift.py), every one exported.
-PARITY_METRICS: tuple[tuple[MetricSpec, str], ...] = (
-    (PARITY, k.PARITY_MATCH_RATE),
-    (PARITY_KL_MAX, k.PARITY_KL_MAX),
-    (PARITY_KL_MEAN, k.PARITY_KL_MEAN),
-    (PARITY_ABS_DLOGPROB_MAX, k.PARITY_ABS_DLOGPROB_MAX),
-    (PARITY_TOP1_AGREE_MIN, k.PARITY_TOP1_AGREE_MIN),
-    (PARITY_NULL_KL_MAX, k.PARITY_NULL_KL_MAX),
-    (PARITY_NULL_ABS_DLOGPROB_MAX, k.PARITY_NULL_ABS_DLOGPROB_MAX),
-    (PARITY_NULL_TOKEN_FLIPS, k.PARITY_NULL_TOKEN_FLIPS),
-    (PARITY_KL_OVER_FLOOR, k.PARITY_KL_OVER_FLOOR),
-    (PARITY_ABS_DLOGPROB_OVER_FLOOR, k.PARITY_ABS_DLOGPROB_OVER_FLOOR),
-    (PARITY_FAILING_PROMPTS, k.PARITY_FAILING_PROMPTS),
-    (PARITY_FIRST_DIVERGENT_BLOCK, k.PARITY_FIRST_DIVERGENT_BLOCK),
-    (PARITY_FIRST_DIFF, k.PARITY_FIRST_DIFF_MIN),
-    (PARITY_PROMPTS, k.PARITY_PROMPTS),
-    (PARITY_EVIDENCE_PROMPTS, k.PARITY_EVIDENCE_PROMPTS),
-    (PARITY_REJECTED_PROMPTS, k.PARITY_REJECTED_PROMPTS),
-    (PARITY_DRIFT_PROMPTS, k.PARITY_DRIFT_PROMPTS),
-    (PARITY_DRIFT_TOKEN_FLIPS, k.PARITY_DRIFT_TOKEN_FLIPS),
-    (PARITY_DRIFT_KL_MAX, k.PARITY_DRIFT_KL_MAX),
-    (PARITY_DRIFT_ABS_DLOGPROB_MAX, k.PARITY_DRIFT_ABS_DLOGPROB_MAX),
-    (PARITY_DRIFT_FIRST_DIFF, k.PARITY_DRIFT_FIRST_DIFF_MIN),
-    (PARITY_DRIFT_KL_OVER_FLOOR, k.PARITY_DRIFT_KL_OVER_FLOOR),
-    (PARITY_DRIFT_FAILED_GATES, k.PARITY_DRIFT_FAILED_GATES),
-)
-
-# CheckResult.metrics keys (constants of canary.core.metric_keys, which the checks write) -> metrics.
+# What each registered check declares (`register(metrics=...)`, its folder's exported.py), in check order,
+# then the history's change points (written into a check's numbers after the run).
 CHECK_METRICS: tuple[CheckMetric, ...] = (
-    CheckMetric(STARTUP_SECONDS, "startup", k.READY_S_TOTAL),
-    CheckMetric(REQUESTS_PER_S, "throughput", k.REQUESTS_PER_S),
-    CheckMetric(OUTPUT_TOKENS_PER_S, "throughput", k.OUTPUT_TOKENS_PER_S),
-    CheckMetric(GOODPUT_PER_S, "throughput", k.GOODPUT_REQUESTS_PER_S),
-    CheckMetric(PAIRED_RATIO, "throughput", k.PAIRED_RATIO),
-    CheckMetric(PAIRED_RATIO_LOW, "throughput", k.PAIRED_RATIO_LOW),
-    CheckMetric(PAIRED_RATIO_HIGH, "throughput", k.PAIRED_RATIO_HIGH),
-    *(
-        CheckMetric(LATENCY[kind], "throughput", k.latency_key(kind, pct), (("percentile", pct),))
-        for kind in LATENCIES
-        for pct in PERCENTILES
-    ),
-    CheckMetric(CAPACITY, "throughput", k.CAPACITY_REQUESTS_PER_S),
-    CheckMetric(CAPACITY_LOW, "throughput", k.CAPACITY_LOW_REQUESTS_PER_S),
-    CheckMetric(CAPACITY_HIGH, "throughput", k.CAPACITY_HIGH_REQUESTS_PER_S),
-    CheckMetric(CAPACITY_REQUESTS, "throughput", k.CAPACITY_REQUESTS_USED),
-    CheckMetric(CAPACITY_SECONDS, "throughput", k.CAPACITY_SECONDS_USED),
-    CheckMetric(DISAGG_GAIN, "throughput", k.DISAGG_GAIN),
-    CheckMetric(DISAGG_GAIN_LOW, "throughput", k.DISAGG_GAIN_LOW),
-    CheckMetric(DISAGG_GAIN_HIGH, "throughput", k.DISAGG_GAIN_HIGH),
-    CheckMetric(DISAGG_ENGINE_SCALE, "throughput", k.DISAGG_ENGINE_SCALE),
-    *(
-        CheckMetric(PD_TIME, "throughput", k.pd_time_key(term, stat), (("term", term), ("percentile", stat)))
-        for term in k.PD_TIME_TERMS
-        for stat in k.PD_TIME_STATS
-    ),
-    CheckMetric(PD_TIME_REQUESTS, "throughput", k.PD_TIME_REQUESTS),
-    CheckMetric(PD_TIME_RECOMPUTED, "throughput", k.PD_TIME_RECOMPUTED),
-    *(
-        CheckMetric(
-            PREFIX_CACHE_HIT, "throughput", k.prefix_cache_key(k.PREFIX_CACHE_HIT_RATE, role), (("role", role),)
-        )
-        for role in k.PREFIX_CACHE_ROLES
-    ),
-    *(CheckMetric(spec, "throughput", key) for spec, key in LOAD_PARITY_METRICS),
-    CheckMetric(ACCURACY, "accuracy", k.ACCURACY),
-    CheckMetric(ACCURACY_LOW, "accuracy", k.ACCURACY_WILSON_LOW),
-    CheckMetric(ACCURACY_HIGH, "accuracy", k.ACCURACY_WILSON_HIGH),
-    CheckMetric(ACCURACY_THRESHOLD, "accuracy", k.ACCURACY_THRESHOLD),
-    CheckMetric(ACCURACY_QUESTIONS, "accuracy", k.QUESTIONS),
-    CheckMetric(ACCURACY_PAIRED_P, "accuracy", k.MCNEMAR_P_VALUE),
-    *(CheckMetric(spec, "parity", key) for spec, key in PARITY_METRICS),
-    CheckMetric(NIXL_BYTES, "kv_transfer", k.NIXL_BYTES_TRANSFERRED),
-    CheckMetric(NIXL_FAILED, "kv_transfer", k.NIXL_FAILED_TRANSFERS),
-    CheckMetric(DECODE_RECOMPUTED, "kv_transfer", k.DECODE_RECOMPUTED_TOKEN_SHARE),
+    *(CheckMetric(m.spec, name, m.key, m.extra) for name, spec in specs().items() for m in spec.metrics),
     *(CheckMetric(HISTORY_CHANGE_WORSE, TRACKED_CHECK, key, (("metric", metric),)) for metric, key in TRACKED.items()),
 )
 # The contract with the checks: check name -> the CheckResult.metrics keys the exporters read.

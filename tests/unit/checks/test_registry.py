@@ -1,9 +1,10 @@
 """A check is one folder that declares itself: the registry against the config and the metric schema.
 
-Registering a check (canary.checks.base.register) declares its name, its order, its config model and
-the metric keys it exports; these tests hold every declaration against the config's CheckName
-literal and ChecksConfig fields, the folder layout, and the schema's check-metric map, so adding or
-renaming a check fails here, naming what is out of step.
+Registering a check (canary.checks.base.register) declares its name, its order, its config model,
+the metrics it exports and its time estimate; these tests hold every declaration against the
+config's CheckName and ChecksConfig fields (assembled from the folders), the folder layout and the
+schema's check metrics, so a check out of step fails here, naming what. test_new_check.py adds a
+throwaway check in a folder of its own.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from canary.checks.base import check_order, specs
 from canary.config import CheckName, ChecksConfig
 from canary.config.checks import SECTIONS
 from canary.export.history.tracked import TRACKED
-from canary.export.prometheus.schema import CHECK_METRIC_KEYS
+from canary.export.prometheus.schema import CHECK_METRIC_KEYS, CHECK_METRICS, HISTORY_CHANGE_WORSE
 from canary.paths import REPO_ROOT
 
 
@@ -55,6 +56,15 @@ def test_each_check_declares_exactly_the_keys_the_schema_exports() -> None:
         declared = set(spec.metric_keys)
         only_declared, only_exported = sorted(declared - exported), sorted(exported - declared)
         assert declared == exported, f"{name}: declared only {only_declared}, exported only {only_exported}"
+
+
+def test_the_schema_exports_each_declaration_in_check_order() -> None:
+    declared = [(name, m.spec, m.key, m.extra) for name, spec in specs().items() for m in spec.metrics]
+    exported = [(m.check, m.spec, m.key, m.extra) for m in CHECK_METRICS if m.spec is not HISTORY_CHANGE_WORSE]
+    assert exported == declared
+    assert len({m.spec.name for _, spec in specs().items() for m in spec.metrics if not m.extra}) == len(
+        [m for spec in specs().values() for m in spec.metrics if not m.extra]
+    ), "two checks declare the same metric"
 
 
 def test_a_key_missing_from_a_declaration_is_caught() -> None:

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from canary.checks import estimate
+from canary.checks.estimate import checks_by_cell
 from canary.cli import main
 from canary.config import CanaryConfig
 from canary.config.load import validate_config
@@ -76,19 +78,19 @@ def test_check_seconds_follow_the_config() -> None:
     cfg = config()
     pd = next(c for c in planned(cfg) if c.topology == "pd-nixl")
     m = EstimateModel(token_s=0.01, request_s=0.5)
-    got = waves.check_seconds(pd, cfg, m)
+    got = estimate.check_seconds(pd, cfg, m)
     assert got["kv_transfer"] == pytest.approx(2 * (0.5 + 4 * 0.01), abs=0.05)  # rounded to 0.1 s
     # P/D with its control planned: one wave (8 in flight) of 2 generations and 2 re-scorings, 4 /tokenize
-    # requests (canary.plan.waves.parity_phases; tests/unit/plan/test_waves_parity.py)
+    # requests (canary.checks.parity.estimate.parity_phases; tests/unit/checks/parity/test_parity_estimate.py)
     assert got["parity"] == pytest.approx((0.5 + 10 * 0.01) + (0.5 + 0.01) + 4 * 0.02, abs=0.05)
     assert got["accuracy"] == pytest.approx(10 * (0.5 + 50 * 0.01))  # 100 questions, 10 at a time
     assert got["throughput"] == pytest.approx(2 * 10 * (0.5 + 100 * 0.01))  # 2 repeats x 10 rounds
     agg = next(c for c in planned(cfg) if c.topology == "aggregated")
-    assert "kv_transfer" not in waves.check_seconds(agg, cfg, m)
+    assert "kv_transfer" not in estimate.check_seconds(agg, cfg, m)
     data = yaml.safe_load(yaml.safe_dump(BASE))
     data["checks"]["throughput"]["max_duration_s"] = 5
     data["checks"]["accuracy"]["enabled"] = False
-    capped = waves.check_seconds(pd, validate_config(data, "capped"), m)
+    capped = estimate.check_seconds(pd, validate_config(data, "capped"), m)
     assert capped["throughput"] == 2 * 5 and "accuracy" not in capped
 
 
@@ -96,7 +98,7 @@ def test_pack_keeps_every_wave_inside_the_budget_and_the_order() -> None:
     cfg = config()
     cells = planned(cfg)
     for budget in (2, 3, 5, 16):
-        packed = waves.pack(cells, cfg, budget)
+        packed = waves.pack(cells, cfg, budget, checks_by_cell(cells, cells, cfg))
         assert all(w.gpus <= budget for w in packed)
         assert sum(len(w.cells) for w in packed) == len(cells)
         flat = [c.id for w in packed for c in sorted(w.cells, key=lambda c: [x.id for x in cells].index(c.id))]
@@ -105,22 +107,22 @@ def test_pack_keeps_every_wave_inside_the_budget_and_the_order() -> None:
             topologies = [c.topology for c in wave.cells]
             assert topologies == sorted(topologies, key=lambda t: t != "aggregated")
     # 1-GPU and 2-GPU cells: next fit wastes at most one GPU per wave
-    assert all(w.gpus >= 15 for w in waves.pack(cells, cfg, 16)[:-1])
+    assert all(w.gpus >= 15 for w in waves.pack(cells, cfg, 16, checks_by_cell(cells, cells, cfg))[:-1])
 
 
 def test_a_cell_bigger_than_the_budget_is_refused_with_the_keys() -> None:
     cfg = config()
     pd = next(c for c in planned(cfg) if c.topology == "pd-nixl")
     with pytest.raises(ScheduleError, match=r"needs 2 GPUs, more than target\.kubernetes\.gpu_budget \(1\)"):
-        waves.pack([pd], cfg, 1)
+        waves.pack([pd], cfg, 1, checks_by_cell([pd], [pd], cfg))
 
 
 def test_wave_estimate_is_start_plus_sequential_checks_plus_teardown() -> None:
     cfg = config(typical_start_s=300, ready_timeout_s=1200)
     cells = planned(cfg)[:3]
     m = EstimateModel(deploy_s=10, teardown_s=20)
-    (wave,) = waves.pack(cells, cfg, 16, m)
-    checks = sum(waves.cell_check_seconds(c, cfg, m) for c in cells)
+    (wave,) = waves.pack(cells, cfg, 16, checks_by_cell(cells, cells, cfg, m), m)
+    checks = sum(estimate.cell_check_seconds(c, cfg, m) for c in cells)
     assert wave.typical_s == pytest.approx(10 + 300 + checks + 20, abs=0.1)
     assert wave.worst_s == pytest.approx(10 + 1200 + checks + 20, abs=0.1)
 
@@ -128,7 +130,7 @@ def test_wave_estimate_is_start_plus_sequential_checks_plus_teardown() -> None:
 def test_everything_runs_when_it_fits_high_risk_first_controls_before_their_pd() -> None:
     cfg = config(job_deadline_s=10**6)
     cells = planned(cfg)
-    night = waves.select_night(cells, cfg, {})
+    night = waves.select_night(cells, cfg, {}, checks_by_cell)
     assert not night.deferred and sorted(c.id for c in night.cells) == sorted(c.id for c in cells)
     order = [c.id for c in night.cells]
     risky = [c for c in cells if c.high_risk]
@@ -143,7 +145,7 @@ def test_rotation_runs_nightly_cells_and_the_stalest_others_within_the_window() 
     every = [{"backend": "FLASHINFER", "prefill_block_size": 128, "decode_block_size": 128, "runner": "v2"}]
     cfg = config(job_deadline_s=7200, rotation={"every_night": every})
     cells = planned(cfg)
-    night = waves.select_night(cells, cfg, {})
+    night = waves.select_night(cells, cfg, {}, checks_by_cell)
     assert night.deferred, "the window must be too small for the whole matrix"
     assert night.typical_s <= 7200 * DEFAULT_MODEL.fill_ratio
     ids = {c.id for c in night.cells}
@@ -157,7 +159,7 @@ def test_rotation_runs_nightly_cells_and_the_stalest_others_within_the_window() 
     # last night runs again only when it runs every night or is the control of a P/D cell tonight.
     now = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
     seen = {c.id: now for c in night.cells}
-    second = waves.select_night(cells, cfg, seen)
+    second = waves.select_night(cells, cfg, seen, checks_by_cell)
     second_ids = {c.id for c in second.cells}
     controls = {ctl.id for c in second.cells if (ctl := waves.control_of(c, cells)) is not None}
     nightly_ids = {c.id for c in nightly}
@@ -170,14 +172,14 @@ def test_rotation_runs_nightly_cells_and_the_stalest_others_within_the_window() 
     # the oldest check goes before a newer one
     old = cells[-1]
     seen_all = {c.id: now for c in cells} | {old.id: now - timedelta(days=9)}
-    third = waves.select_night(cells, cfg, seen_all)
+    third = waves.select_night(cells, cfg, seen_all, checks_by_cell)
     assert old.id in {c.id for c in third.cells}
 
 
 def test_a_nightly_set_that_cannot_fit_is_refused_naming_the_keys() -> None:
     cfg = config(job_deadline_s=1800)
     with pytest.raises(ScheduleError) as caught:
-        waves.select_night(planned(cfg), cfg, {})
+        waves.select_night(planned(cfg), cfg, {}, checks_by_cell)
     message = str(caught.value)
     for key in (
         "target.kubernetes.gpu_budget",
@@ -253,7 +255,7 @@ def test_the_shipped_gpu_configs_fit_a_night(name: str) -> None:
     if name == "h200-mrv2-pd.yaml":
         assert settings.gpu_budget == 16
     cells = planned(cfg)
-    night = waves.select_night(cells, cfg, {})
+    night = waves.select_night(cells, cfg, {}, checks_by_cell)
     assert night.typical_s <= settings.job_deadline_s * DEFAULT_MODEL.fill_ratio
     assert 0 < night.peak_gpus <= settings.gpu_budget
     ids = {c.id for c in night.cells}

@@ -1,4 +1,4 @@
-"""The wave planner's parity estimate (canary.plan.waves.parity_phases): derived from `checks.parity`, and
+"""The parity check's time estimate (canary.checks.parity.estimate.parity_phases): derived from `checks.parity`, and
 the same requests the parity check really sends.
 
 The control's measurement (canary.checks.parity.check.measure_reference) runs here against a STAND-IN
@@ -20,11 +20,12 @@ from typing import Any, ClassVar
 import pytest
 import yaml
 
+from canary.checks import estimate
+from canary.checks.parity import estimate as parity
 from canary.checks.parity.check import measure_reference
 from canary.checks.parity.prompts import ParityPrompt
 from canary.config import CanaryConfig
 from canary.config.load import validate_config
-from canary.plan import waves
 from canary.plan.matrix import plan
 from canary.plan.waves import EstimateModel, RequestPhase
 
@@ -60,41 +61,41 @@ def config(**parity: Any) -> CanaryConfig:
 
 def test_the_control_sends_a_miss_a_null_wave_twins_and_rescorings() -> None:
     cfg = config()
-    phases = waves.parity_phases(cfg, pd=False, own_reference=False, prompts=3)
+    phases = parity.parity_phases(cfg, pd=False, own_reference=False, prompts=3)
     assert [(p.requests, p.tokens, p.concurrency) for p in phases] == [(3, 10, 1), (3, 10, 2), (3, 4, 2), (3, 1, 2)]
     # 3 one at a time; 2 rounds of each wave kind (2 in flight); 6 /tokenize requests
     expected = 3 * (0.5 + 0.1) + 2 * (0.5 + 0.1) + 2 * (0.5 + 0.04) + 2 * (0.5 + 0.01) + 6 * 0.02
-    assert waves.parity_seconds(cfg, False, False, 3, MODEL) == pytest.approx(expected)
+    assert parity.parity_seconds(cfg, False, False, 3, MODEL) == pytest.approx(expected)
 
 
 def test_a_pd_cell_sends_generations_and_rescorings_and_its_own_reference_without_a_control() -> None:
     cfg = config()
-    pd = waves.parity_phases(cfg, pd=True, own_reference=False, prompts=3)
+    pd = parity.parity_phases(cfg, pd=True, own_reference=False, prompts=3)
     assert [(p.requests, p.tokens, p.concurrency) for p in pd] == [(3, 10, 2), (3, 1, 2)]
-    alone = waves.parity_phases(cfg, pd=True, own_reference=True, prompts=3)
-    assert alone == [*waves.parity_phases(cfg, pd=False, own_reference=False, prompts=3), *pd]
+    alone = parity.parity_phases(cfg, pd=True, own_reference=True, prompts=3)
+    assert alone == [*parity.parity_phases(cfg, pd=False, own_reference=False, prompts=3), *pd]
     cells = plan(cfg).planned()
     agg = next(c for c in cells if c.topology == "aggregated")
     pd_cell = next(c for c in cells if c.topology == "pd-nixl")
-    with_control = waves.checks_by_cell([pd_cell], cells, cfg, MODEL)[pd_cell.id]
-    without = waves.checks_by_cell([pd_cell], [pd_cell], cfg, MODEL)[pd_cell.id]
-    own = waves.parity_seconds(cfg, False, False, 3, MODEL) - 6 * MODEL.tokenize_s
+    with_control = estimate.checks_by_cell([pd_cell], cells, cfg, MODEL)[pd_cell.id]
+    without = estimate.checks_by_cell([pd_cell], [pd_cell], cfg, MODEL)[pd_cell.id]
+    own = parity.parity_seconds(cfg, False, False, 3, MODEL) - 6 * MODEL.tokenize_s
     assert without - with_control == pytest.approx(own, abs=0.11)  # check seconds are rounded to 0.1
-    assert waves.check_seconds(agg, cfg, MODEL)["parity"] == pytest.approx(
-        waves.parity_seconds(cfg, False, False, 3, MODEL), abs=0.05
+    assert estimate.check_seconds(agg, cfg, MODEL)["parity"] == pytest.approx(
+        parity.parity_seconds(cfg, False, False, 3, MODEL), abs=0.05
     )
 
 
 def test_the_estimate_follows_the_parity_config() -> None:
-    base = waves.parity_seconds(config(), False, False, 3, MODEL)
-    assert waves.parity_seconds(config(max_tokens=20), False, False, 3, MODEL) > base
-    assert waves.parity_seconds(config(null_concurrency=8), False, False, 3, MODEL) < base
-    twins = [p for p in waves.parity_phases(config(dependence_tokens=64), False, False, 3) if p.tokens != 1]
+    base = parity.parity_seconds(config(), False, False, 3, MODEL)
+    assert parity.parity_seconds(config(max_tokens=20), False, False, 3, MODEL) > base
+    assert parity.parity_seconds(config(null_concurrency=8), False, False, 3, MODEL) < base
+    twins = [p for p in parity.parity_phases(config(dependence_tokens=64), False, False, 3) if p.tokens != 1]
     assert {p.tokens for p in twins} == {10}  # twins never generate more than max_tokens
     cfg = config(prompt_lengths=[8, 33, 100, 200])
-    assert waves.parity_prompt_count(cfg) == 4
+    assert parity.parity_prompt_count(cfg) == 4
     cell = next(c for c in plan(cfg).planned() if c.topology == "aggregated")
-    assert waves.check_seconds(cell, cfg, MODEL)["parity"] > waves.check_seconds(cell, config(), MODEL)["parity"]
+    assert estimate.check_seconds(cell, cfg, MODEL)["parity"] > estimate.check_seconds(cell, config(), MODEL)["parity"]
     assert RequestPhase("x", 5, 2, 2).seconds(MODEL) == pytest.approx(3 * (0.5 + 0.02))
 
 
@@ -170,7 +171,7 @@ def test_the_estimate_counts_the_requests_the_control_really_sends(stand_in: str
     refs, load = measure_reference(stand_in, "m", prompts, settings)
     assert len(refs) == 3 and load["wave_concurrency"] == 2
     sent: Counter[tuple[str, int]] = Counter()
-    for phase in waves.parity_phases(cfg, pd=False, own_reference=False, prompts=len(prompts)):
+    for phase in parity.parity_phases(cfg, pd=False, own_reference=False, prompts=len(prompts)):
         kind = "rescore" if phase.tokens == 1 else "generate"
         sent[(kind, phase.tokens)] += phase.requests
     assert CountingStandIn.seen == sent  # 6 generations of 10 tokens, 3 twins of 4, 3 re-scorings
