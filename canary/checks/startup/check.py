@@ -453,9 +453,16 @@ def startup_check(ctx: CheckContext) -> CheckResult:
             )
         )
         all_mismatches += [f"{role} {m}" for m in mismatches]
-    layout_result = judge_layouts(ctx.cell, layouts, ctx.config)
+    layout_result = judge_layouts(
+        ctx.cell,
+        layouts,
+        ctx.config,
+        installed=[r for r in deployment.engine_roles if deployment.servers[r].layout_dir is not None],
+        logs={r: deployment.servers[r].log_text() for r in deployment.engine_roles},
+    )
     gates += layout_result.gates
     all_mismatches += layout_result.failures
+    cannot_judge += layout_result.probe_failures  # a probe that was expected and did not hook: never a pass
     evidence |= {"live_config": live, "layout": layout_result.evidence}
     if deployment.evidence:
         evidence["deployment"] = deployment.evidence  # e.g. NIXL transport and placement, asked vs observed
@@ -466,7 +473,8 @@ def startup_check(ctx: CheckContext) -> CheckResult:
         return CheckResult(
             name="startup",
             verdict="fail",
-            summary="runs another config than asked: " + "; ".join(all_mismatches + layout_result.finding_lines()),
+            summary="runs another config than asked: "
+            + "; ".join(all_mismatches + layout_result.probe_failures + layout_result.finding_lines()),
             metrics=metrics,
             gates=gates,
             evidence=evidence,

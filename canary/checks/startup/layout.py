@@ -19,14 +19,17 @@ both sides' numbers:
                                token-major block interior (a byte split of a block is then a token split)
   layout-transfer-ids          the block ids decode read lie inside what each side registered
 
-A missing record (probe off, hook point absent in this vLLM) is reported as unknown in the
-evidence, never as a pass of a gate that did not run. Records of probe schema_version 1 and 2 are
-both read (2 adds the declarations, the runner's phase and NIXL's input views).
+A missing record where no probe was expected (probe off, an endpoint) is reported as unknown in the
+evidence, never as a pass of a gate that did not run. Where the probe was expected and did not hook
+(the target installed it and it recorded nothing; the engine site printed that it could not install it;
+a hook point is missing in this vLLM or its recorder failed), that is a probe failure (`probe_failures`),
+which makes the startup check `invalid` with the probe's own words: as loud as a failed gate. Records of
+probe schema_version 1 and 2 are both read (2 adds the declarations, the runner's phase and NIXL's input views).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +39,10 @@ from canary.config import CanaryConfig
 from canary.config.catalog import KernelBlockSizes
 from canary.judge.results import Gate
 from canary.plan.cell import Cell
+from canary.targets.engine_site.after_import import NOT_INSTALLED
+from canary.targets.engine_site.layout_probe import not_hooked
+
+PROBE_MODULE = "layout_probe"
 
 
 @dataclass
@@ -48,11 +55,14 @@ class LayoutJudgement:
     findings: dict[str, list[str]] = field(default_factory=dict)
     """Cross-check findings (catalog / config vs the engine's declaration) -> the roles they were seen on:
     reported, not gates (canary/checks/startup/declared.py cross_check says why)."""
+    probe_failures: list[str] = field(default_factory=list)
+    """'<role>: <why>' for each engine where the probe was expected and did not hook (the check cannot judge)."""
 
     @property
     def summary_suffix(self) -> str:
-        """', layout verified (N gates)' when gates ran and passed, then the findings; '' otherwise."""
-        verified = f", layout verified ({len(self.gates)} gates)" if self.gates and not self.failures else ""
+        """', layout verified (N gates)' when gates ran and passed and nothing went unjudged, then the findings."""
+        whole = not self.failures and not self.probe_failures and not self.evidence.get("unknown")
+        verified = f", layout verified ({len(self.gates)} gates)" if self.gates and whole else ""
         return verified + "".join(f"; {line}" for line in self.finding_lines())
 
     def finding_lines(self) -> list[str]:
@@ -320,8 +330,41 @@ def judge_pd_agreement(
     )
 
 
-def judge_layouts(cell: Cell, layouts: Mapping[str, Mapping[str, Any] | None], config: CanaryConfig) -> LayoutJudgement:
-    """Every layout gate of a cell from its engines' records."""
+def install_errors(log: str) -> list[str]:
+    """What the engine site said about the layout probe it could not install (its NOT_INSTALLED lines), once each."""
+    found: list[str] = []
+    for line in log.splitlines():
+        at = line.find(NOT_INSTALLED + PROBE_MODULE + ":")
+        said = line[at + len(NOT_INSTALLED) :].strip() if at >= 0 else ""
+        if said and said not in found:
+            found.append(said)
+    return found
+
+
+def probe_failures(record: Mapping[str, Any] | None, installed: bool, log: str) -> list[str]:
+    """Why the layout probe did not hook one engine: the engine site's install errors, the record's own
+    install error and hooks it could not place or record at, or, where the target installed it, no record
+    at all (a started engine allocated its KV cache: a hooked probe records that). [] when it hooked."""
+    failures = [f"not installed: {said}" for said in install_errors(log)]
+    if record:
+        if record.get("install_error"):
+            failures.append(f"not installed: {PROBE_MODULE}: {record['install_error']}")
+        failures += [f"{hook}: {status}" for hook, status in not_hooked(dict(record.get("hooks") or {})).items()]
+    elif installed and not failures:
+        failures.append("installed but recorded nothing: none of its hook points was reached (moved in this vLLM?)")
+    return failures
+
+
+def judge_layouts(
+    cell: Cell,
+    layouts: Mapping[str, Mapping[str, Any] | None],
+    config: CanaryConfig,
+    *,
+    installed: Collection[str] = (),
+    logs: Mapping[str, str] | None = None,
+) -> LayoutJudgement:
+    """Every layout gate of a cell from its engines' records. installed: the roles whose target installed the
+    probe (a missing record there is a probe failure, not unknown); logs: each role's log (install errors)."""
     judgement = LayoutJudgement()
     if not config.checks.startup.layout_probe:
         judgement.evidence["probe"] = "off (checks.startup.layout_probe: false)"
@@ -329,6 +372,8 @@ def judge_layouts(cell: Cell, layouts: Mapping[str, Mapping[str, Any] | None], c
     judgement.evidence["engines"] = {role: summarize(record) for role, record in layouts.items()}
     pd = cell.topology == "pd-nixl"
     for role, record in layouts.items():
+        failures = probe_failures(record, role in installed, (logs or {}).get(role, ""))
+        judgement.probe_failures += [f"{role}: layout probe did not hook: {why}" for why in failures]
         if not record:
             judgement.evidence.setdefault("unknown", []).append(f"{role}: no layout record")
             continue
@@ -346,6 +391,8 @@ def judge_layouts(cell: Cell, layouts: Mapping[str, Mapping[str, Any] | None], c
         )
     if judgement.findings:
         judgement.evidence["findings"] = judgement.finding_lines()
+    if judgement.probe_failures:
+        judgement.evidence["probe_failures"] = judgement.probe_failures
     return judgement
 
 

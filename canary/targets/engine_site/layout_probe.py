@@ -73,6 +73,9 @@ SCHEMA_VERSION = 2
 MAX_TRANSFERS = 8
 MAX_IDS = 64
 MAX_TENSORS = 4
+NOT_HOOKED = ("missing", "error")
+"""Hook statuses that mean the probe did not hook (its hook point moved) or could not record there; "raised"
+is the engine's own call raising, "ok" / "installed" a hook in place."""
 
 RUNNER_V1 = "vllm.v1.worker.gpu_model_runner"
 RUNNER_V2 = "vllm.v1.worker.gpu.model_runner"
@@ -123,9 +126,11 @@ class Recorder:
         self.flush()
 
     def flush(self) -> None:
-        """Write the record atomically (tmp file + rename); only once something was recorded."""
+        """Write the record atomically (tmp file + rename); only once something was recorded, or the probe
+        could not hook or install (then the record says so: a controller must not mistake it for no record)."""
         with self.lock:
-            if not any(key in self.record for key in ("kv_cache_groups", "nixl", "transfers")):
+            recorded = any(key in self.record for key in ("kv_cache_groups", "nixl", "transfers", "install_error"))
+            if not recorded and not not_hooked(self.record["hooks"]):
                 return
             text = json.dumps(self.record, indent=1, sort_keys=True, default=str)
             line = json.dumps(self.record, separators=(",", ":"), sort_keys=True, default=str)
@@ -139,6 +144,11 @@ class Recorder:
             os.replace(tmp, final)
         except OSError as exc:
             print(f"canary layout probe: cannot write to {self.directory}: {exc}", file=sys.stderr)
+
+
+def not_hooked(hooks: dict[str, Any]) -> dict[str, str]:
+    """The hooks of a record whose status says the probe did not hook or record there (NOT_HOOKED)."""
+    return {name: str(status) for name, status in hooks.items() if str(status).startswith(NOT_HOOKED)}
 
 
 # --------------------------------------------------------------------------- facts
@@ -620,5 +630,8 @@ def install() -> Recorder | None:
     def on_error(name: str, exc: Exception) -> None:
         recorder.hook_status(name, f"error: {type(exc).__name__}: {exc}")
 
-    install_after_import(AfterImport(HOOKS.__contains__, functools.partial(install_hooks, recorder), on_error))
+    try:
+        install_after_import(AfterImport(HOOKS.__contains__, functools.partial(install_hooks, recorder), on_error))
+    except Exception as exc:  # recorded (file and log line), so the controller reads it
+        recorder.update(install_error=f"{type(exc).__name__}: {exc}"[:500])
     return recorder

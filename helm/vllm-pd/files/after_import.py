@@ -22,6 +22,11 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+NOT_INSTALLED = "canary-engine-site: not installed: "
+"""What an engine-site module that failed to install prints on stderr (so into the engine's log), followed
+by `<module>: <error>`. The controller reads it back (canary.checks.startup.layout): a layout probe that was
+expected and did not install is said as loudly as a failed gate, not left to a terminal nobody reads."""
+
 
 class AfterImport(importlib.abc.MetaPathFinder):
     """Calls `then(module)` right after each module whose name `wanted` accepts is first executed."""

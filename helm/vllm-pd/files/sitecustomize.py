@@ -37,10 +37,10 @@ from types import ModuleType
 from typing import Any
 
 try:  # as canary.targets.engine_site.sitecustomize (the tests)
-    from .after_import import AfterImport
+    from .after_import import NOT_INSTALLED, AfterImport
     from .after_import import install as install_after_import
 except ImportError:  # as the interpreter's sitecustomize, its directory on PYTHONPATH (inside an engine)
-    from after_import import AfterImport  # type: ignore[no-redef,import-not-found]
+    from after_import import NOT_INSTALLED, AfterImport  # type: ignore[no-redef,import-not-found]
     from after_import import install as install_after_import  # type: ignore[no-redef]
 
 _SYS_ARCH_PRCTL = 158  # x86_64
@@ -127,7 +127,7 @@ def _install_layout_probe() -> None:
             try:
                 importlib.import_module(name).install()
             except Exception as exc:
-                print(f"sitecustomize: {name} not installed: {exc}", file=sys.stderr)
+                print(f"{NOT_INSTALLED}{name}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     finally:
         sys.path.pop(0)
 
