@@ -279,9 +279,10 @@ class ContainerTargetConfig(Strict):
     )
     images: dict[str, str] = Field(
         default_factory=dict,
-        description="Image key -> image reference to run (a tag or digest, any registry, or a local tag). Default: "
-        "`images.<key>.ref` when it is an image reference; for a key without one (the CPU default's pip-spec "
-        "refs), `engine_image`, with `images.<key>.patches` applied in a derived image built and cached here.",
+        description="Image key (one of `images`; another key is an error) -> image reference to run (a tag or "
+        "digest, any registry, or a local tag), run as is. Default: `images.<key>.base` for a key with a base, "
+        "else `images.<key>.ref` when it is an image reference, else (the CPU default's pip-spec refs) "
+        "`engine_image`; `images.<key>.patches` are applied in a derived image built and cached here.",
     )
     engine_image: str | None = Field(
         None,
@@ -302,8 +303,15 @@ class ContainerTargetConfig(Strict):
     pull: PullPolicy = Field(
         "missing", description="Pull an image before the run: never (must exist locally), missing, or always."
     )
+    shm: str = Field(
+        "host",
+        pattern=r"^(host|[1-9][0-9]*[kmg]?)$",
+        description="Shared memory of each engine container (vLLM's workers and NCCL use /dev/shm; a container's "
+        "default 64 MB is too small for tensor parallelism): host: `--ipc=host`, the host's IPC namespace and "
+        "/dev/shm, as vLLM's container docs advise; a size such as 16g: `--shm-size=16g`, a private one.",
+    )
     run_args: list[str] = Field(
-        default_factory=list, description="Extra arguments of every `run` (e.g. --ipc=host, --shm-size=16g)."
+        default_factory=list, description="Extra arguments of every `run` (e.g. --ulimit memlock=-1)."
     )
     stop_timeout_s: PositiveInt = Field(15, description="Seconds a container gets between SIGTERM and SIGKILL.")
     compile_cache: bool = Field(
@@ -322,6 +330,13 @@ class TargetConfig(Strict):
     devices: DevicePoolConfig = Field(
         default_factory=DevicePoolConfig,
         description="GPUs of this machine the engines may use (targets that start engines here: local, container).",
+    )
+    same_engine_ok: bool = Field(
+        False,
+        description="Whether two image keys may run the same engine (local: the same python and patch series; "
+        "container: the same image and series), e.g. a run that measures the noise between two copies of one "
+        "build. false: such a config is refused (exit 2), since its report would compare a build with itself "
+        "under two names.",
     )
     hf_home: str | None = Field(
         None,

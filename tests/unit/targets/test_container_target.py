@@ -21,7 +21,7 @@ from canary.paths import CONFIGS_DIR, REPO_ROOT
 from canary.plan.matrix import plan
 from canary.targets import TARGETS, create_target
 from canary.targets.container import ContainerTarget
-from canary.targets.container_cli import MANAGED_LABEL, OWNER_LABEL, ContainerCli, cli_env, find_cli
+from canary.targets.container_cli import MANAGED_LABEL, OWNER_LABEL, ROLE_LABEL, ContainerCli, cli_env, find_cli
 
 CLI = ContainerCli("podman", "/usr/bin/podman", {"PATH": "/usr/bin"})
 
@@ -243,14 +243,14 @@ def _started_pair(tmp_path: Path, failing: str = "") -> tuple[ContainerTarget, A
     deployment = Deployment(cell=cell, base_url="http://127.0.0.1:1", served_model=cell.model, started=True)
     names = {"prefill": "c-prefill", "decode": "c-decode", "router": "c-router"}
     deployment.evidence["containers"] = {role: {"name": name, "image": "x"} for role, name in names.items()}
-    target._live.update({name: role for role, name in names.items()})
+    target.containers._live.update({name: role for role, name in names.items()})
     return target, deployment, record
 
 
 def test_a_frozen_pair_is_continued_before_its_stop_so_it_acts_on_sigterm(tmp_path: Path) -> None:
     target, deployment, record = _started_pair(tmp_path)
     assert target.freeze(deployment)
-    target._stop_containers(deployment, {})
+    target.containers.stop(deployment, lambda: None)
     calls = record.read_text().splitlines()
     assert calls[0] == "pause c-router c-prefill c-decode"
     assert calls[1] == "unpause c-router c-prefill c-decode"
@@ -295,9 +295,120 @@ def test_every_container_runs_under_the_weighted_parent_once_it_is_prepared(tmp_
     assert not any("--cgroup-parent" in argv for argv in before.values())  # a dry run prepares nothing
     (tmp_path / "cpu").mkdir()
     (tmp_path / "cpu" / "cpu.shares").write_text("1024")
-    target._parent = cgroup_weight.prepare(config.target.local.nice, "cgroupfs", tmp_path)
+    target.containers._parent = cgroup_weight.prepare(config.target.local.nice, "cgroupfs", tmp_path)
     after = {s["role"]: s["argv"] for s in target.describe(cell)["servers"]}  # type: ignore[attr-defined]
     assert list(after) == ["prefill", "decode", "router"]
     for argv in after.values():
         assert argv[argv.index("--cgroup-parent") + 1] == "/vllm-canary"
         assert argv.index("--cgroup-parent") < argv.index("--entrypoint")  # a run option, not the command's
+
+
+# ---------------------------------------------------------------------- a GPU box from images (issue 42)
+
+ONE_BOX = CONFIGS_DIR / "one-box-8gpu.yaml"
+HUB_MODEL = "Qwen/Qwen3-0.6B"
+
+
+@pytest.fixture
+def hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """$HF_HOME with the one-box model cached as `huggingface-cli download` leaves it."""
+    from canary.model.ref import hub_repo_dir
+
+    home = tmp_path / "hf"
+    snapshot = hub_repo_dir(home, HUB_MODEL) / "snapshots" / "c0ffee"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (hub_repo_dir(home, HUB_MODEL) / "refs").mkdir()
+    (hub_repo_dir(home, HUB_MODEL) / "refs" / "main").write_text("c0ffee")
+    monkeypatch.setenv("HF_HOME", str(home))
+    return home
+
+
+def _engine_runs(argvs: list[list[str]]) -> dict[str, list[str]]:
+    """role -> the `run` command line of each engine container (the router's left out)."""
+    runs = {}
+    for argv in argvs:
+        role = next(label.split("=", 1)[1] for label in _pairs(argv, "--label") if label.startswith(ROLE_LABEL))
+        if role != "router":
+            runs[role] = argv
+    return runs
+
+
+def _assert_given_what_the_planner_gave(runs: dict[str, list[str]], hf: Path, gpus: dict[str, list[str]]) -> None:
+    for role, argv in runs.items():
+        run_options = argv[: argv.index("--entrypoint")]
+        assert _pairs(run_options, "--device") == [f"nvidia.com/gpu={g}" for g in gpus[role]], role
+        assert f"{hf}:/opt/vllm-canary/hf-home" in _pairs(run_options, "-v"), role
+        env = dict(e.split("=", 1) for e in _pairs(run_options, "-e"))
+        assert env["HF_HOME"] == "/opt/vllm-canary/hf-home" and env["HF_HUB_OFFLINE"] == "1", role
+        assert "CUDA_VISIBLE_DEVICES" not in env, "the container's GPUs are numbered from 0 inside"
+        assert "--ipc=host" in run_options, role
+
+
+def test_the_one_box_dry_run_gives_each_engine_container_its_gpus_cache_and_ipc(hf_cache: Path) -> None:
+    config = load_config(ONE_BOX, ["target.kind=container"])
+    target = create_target(config, source=str(ONE_BOX))
+    assert isinstance(target, ContainerTarget)
+    cells = plan(config).planned()
+    assert target.preflight(cells, dry_run=True) == []
+    for cell in cells:
+        servers = target.describe(cell)["servers"]  # type: ignore[index]
+        runs = _engine_runs([s["argv"] for s in servers])  # type: ignore[attr-defined]
+        expected = {"aggregated": ["0"]} if cell.topology == "aggregated" else {"prefill": ["0"], "decode": ["1"]}
+        assert set(runs) == set(expected), cell.id
+        _assert_given_what_the_planner_gave(runs, hf_cache, expected)
+
+
+def test_a_tensor_parallel_pair_gets_two_gpus_per_container_and_docker_its_gpus_flag(hf_cache: Path) -> None:
+    config = load_config(ONE_BOX, ["target.kind=container", "models.0.tensor_parallel_size=2"])
+    cell = next(c for c in plan(config).planned() if c.topology == "pd-nixl")
+    runs = _engine_runs([s["argv"] for s in ContainerTarget(config, cli=CLI).describe(cell)["servers"]])  # type: ignore[attr-defined]
+    _assert_given_what_the_planner_gave(runs, hf_cache, {"prefill": ["0", "1"], "decode": ["2", "3"]})
+    docker = ContainerCli("docker", "/usr/bin/docker", {"PATH": "/usr/bin"})
+    shm = load_config(ONE_BOX, ["target.kind=container", "models.0.tensor_parallel_size=2", "target.container.shm=16g"])
+    runs = _engine_runs([s["argv"] for s in ContainerTarget(shm, cli=docker).describe(cell)["servers"]])  # type: ignore[attr-defined]
+    assert _pairs(runs["prefill"], "--gpus") == ['"device=0,1"'] and _pairs(runs["decode"], "--gpus") == [
+        '"device=2,3"'
+    ]
+    assert "--shm-size=16g" in runs["decode"] and "--ipc=host" not in runs["decode"]
+
+
+def test_the_one_box_deploy_runs_each_engine_container_with_its_gpus_cache_and_ipc(
+    hf_cache: Path, tmp_path: Path
+) -> None:
+    """The container target's deploy on the recording CLI: the `run` lines it really issues (the stand-in
+    exits at once, so the cell does not start and is torn down)."""
+    cli, record = _recording_cli(tmp_path)
+    config = load_config(ONE_BOX, ["target.kind=container", "models.0.tensor_parallel_size=2"])
+    target = ContainerTarget(config, cli=cli, cache_dir=tmp_path / "cache")
+    for cell_id in ("pd.flashinfer.p16-d16.auto.v2.baseline", "agg.flash_attn.b64.auto.v2.patched"):
+        cell = next(c for c in plan(config).planned() if c.id == cell_id)
+        record.write_text("")
+        with target.deploy(cell, tmp_path / cell_id) as deployment:
+            assert not deployment.started and "exited with code 0" in (deployment.failure or "")
+        runs = _engine_runs([line.split() for line in record.read_text().splitlines() if line.startswith("run ")])
+        gpus = (
+            {"prefill": ["0", "1"], "decode": ["2", "3"]} if cell.topology == "pd-nixl" else {"aggregated": ["0", "1"]}
+        )
+        assert set(runs) == set(gpus), (cell_id, record.read_text())
+        _assert_given_what_the_planner_gave(runs, hf_cache, gpus)
+    patched = runs["aggregated"][runs["aggregated"].index("--entrypoint") + 2]
+    assert patched.startswith("docker.io/vllm/vllm-openai-patched:") or patched.startswith("vllm/vllm-openai-patched:")
+
+
+def test_an_unknown_key_under_container_images_is_a_config_error() -> None:
+    from canary.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"target\.container\.images\.candidate: unknown image key 'candidate'"):
+        load_config(CONFIGS_DIR / "cpu-default.yaml", ["target.container.images.candidate=registry.example.com/v:1"])
+
+
+def test_two_keys_on_one_image_are_refused_unless_the_config_says_so() -> None:
+    from canary.errors import ConfigError
+
+    same = ("images.kernel32.patches=null", "target.container.images.kernel32=" + cpu_engine_ref())
+    target, config = _target(*same)
+    with pytest.raises(ConfigError, match=r"images 'baseline' and 'kernel32' run the same engine \(image "):
+        target.preflight(plan(config).planned(), dry_run=True)
+    meant, config = _target(*same, "target.same_engine_ok=true")
+    assert meant.preflight(plan(config).planned(), dry_run=True) == []

