@@ -249,6 +249,17 @@ class KubernetesTargetConfig(Strict):
     teardown_timeout_s: PositiveInt = Field(
         600, description="Deadline for a torn-down wave's pods to disappear before the next wave starts."
     )
+    lease_duration_s: PositiveInt = Field(
+        120,
+        description="The run lease (gpu_budget): a run holds the Lease `<release>-canary-run` in `namespace` while it "
+        "deploys, renewing it every third of this; a lease not renewed for this long is a dead run's and is taken "
+        "over (its objects swept). One run of a release at a time.",
+    )
+    lease_wait_s: NonNegativeInt = Field(
+        600,
+        description="How long a run waits for another live run of the release to finish before it refuses "
+        "(exit 1, naming the holder; 0: refuse at once).",
+    )
     chart: str = Field("helm/vllm-pd", description="The vllm-pd chart the waves are rendered from (gpu_budget).")
     chart_values: list[str] = Field(
         default_factory=list, description="Values files for the chart (GPU resources, node selectors, model cache)."

@@ -8,11 +8,15 @@ killed at its deadline still records what it finished:
      "cells": {"pd.flashinfer.p128-d128.fp8.v2.patched": {"last_checked": "2026-11-30T02:41:07+00:00",
                                                           "verdict": "pass"}}}
 
-Cells no longer in the matrix are dropped on the next write.
+Cells no longer in the matrix are dropped on the next write. A run reads and writes the file only
+while it holds the release's run lease (canary.run.wave_run), and a write is never last-writer-wins:
+it reads the file first and keeps, per cell, the later check (another writer's newer record
+survives an older run's save).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -47,6 +51,8 @@ class RotationState:
     path: Path
     config: str
     cells: dict[str, CellSeen] = field(default_factory=dict)
+    scope: set[str] | None = None
+    """The cells of the matrix (keep_only): a save merges only these from the file."""
 
     def last_checked(self) -> dict[str, datetime]:
         """Cell id -> last check time."""
@@ -60,10 +66,25 @@ class RotationState:
     def keep_only(self, cell_ids: Iterable[str]) -> None:
         """Forget cells that left the matrix (in memory; the next save writes it)."""
         wanted = set(cell_ids)
+        self.scope = wanted
         self.cells = {k: v for k, v in self.cells.items() if k in wanted}
 
+    def merge_from_file(self) -> None:
+        """Take from the file on disk every in-scope cell it records later than this state does."""
+        try:
+            on_disk = read_state(self.path, self.config)
+        except FileNotFoundError:
+            return
+        for cell_id, seen in on_disk.items():
+            if self.scope is not None and cell_id not in self.scope:
+                continue
+            mine = self.cells.get(cell_id)
+            if mine is None or seen.last_checked > mine.last_checked:
+                self.cells[cell_id] = seen
+
     def save(self) -> None:
-        """Write the file atomically."""
+        """Merge the file's later records in, then write it atomically."""
+        self.merge_from_file()
         payload = {
             "version": STATE_VERSION,
             "config": self.config,
@@ -87,16 +108,24 @@ def load_state(config: CanaryConfig, results_dir: Path | None = None) -> Rotatio
     """The state of a config (empty when the file does not exist yet)."""
     path = state_path(config, results_dir)
     state = RotationState(path=path, config=config.name)
+    with contextlib.suppress(FileNotFoundError):
+        state.cells.update(read_state(path, config.name))
+    return state
+
+
+def read_state(path: Path, config_name: str) -> dict[str, CellSeen]:
+    """The cells a state file records; FileNotFoundError when there is none."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return state
+        raise
     except (OSError, ValueError) as exc:
         raise RotationStateError(f"{path}: cannot read the rotation state: {exc}") from None
     if not isinstance(data, dict) or data.get("version") != STATE_VERSION or not isinstance(data.get("cells"), dict):
         raise RotationStateError(f"{path}: not a version {STATE_VERSION} rotation state (keys version, config, cells)")
-    if data.get("config") != config.name:
-        raise RotationStateError(f"{path}: rotation state of config {data.get('config')!r}, not {config.name!r}")
+    if data.get("config") != config_name:
+        raise RotationStateError(f"{path}: rotation state of config {data.get('config')!r}, not {config_name!r}")
+    cells: dict[str, CellSeen] = {}
     for cell_id, entry in data["cells"].items():
         try:
             when = datetime.fromisoformat(str(entry["last_checked"]))
@@ -105,5 +134,5 @@ def load_state(config: CanaryConfig, results_dir: Path | None = None) -> Rotatio
             raise RotationStateError(f"{path}: cells.{cell_id}: expected last_checked and verdict ({exc})") from None
         if when.tzinfo is None:
             raise RotationStateError(f"{path}: cells.{cell_id}.last_checked: needs a timezone ({when.isoformat()})")
-        state.cells[str(cell_id)] = CellSeen(when, verdict)
-    return state
+        cells[str(cell_id)] = CellSeen(when, verdict)
+    return cells

@@ -86,11 +86,31 @@ def execute_waves(
     state: RotationState | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> RunResult:
-    """Run tonight's cells of a plan wave by wave (see the module docstring)."""
+    """Run tonight's cells of a plan wave by wave (see the module docstring), holding the release's
+    run lease throughout: a second run of the release waits for it or refuses (LeaseHeld), and the
+    rotation state is read and written only under it."""
     run_label = run_dir.name
     target = target or KubernetesTarget(config, run=run_label)
     deployer = deployer or WaveDeployer(config, target.api.api_client, run=run_label)
-    state = state or load_state(config, run_dir.parent)
+    with deployer.lease.held() as lease:
+        if lease.taken_over is not None:
+            progress(f"run lease: taken over from {lease.taken_over.identity} (not renewed: a dead run)")
+        state = state or load_state(config, run_dir.parent)
+        return _night(config, plan, run_dir, config_path, progress, target, deployer, state, clock)
+
+
+def _night(
+    config: CanaryConfig,
+    plan: Plan,
+    run_dir: Path,
+    config_path: str,
+    progress: Progress,
+    target: KubernetesTarget,
+    deployer: WaveDeployer,
+    state: RotationState,
+    clock: Callable[[], float],
+) -> RunResult:
+    """execute_waves under the run lease."""
     planned = plan.planned()
     state.keep_only(c.id for c in planned)
     schedule = select_night(planned, config, state.last_checked(), checks_by_cell)

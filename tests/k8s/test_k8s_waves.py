@@ -56,7 +56,9 @@ CONFIG: dict[str, Any] = {
     },
     # The orchestration is under test, not the checks (tests/k8s/test_k8s_target.py and the
     # engine tests cover those): every check off, so a started cell passes.
-    "checks": {name: {"enabled": False} for name in ("startup", "parity", "accuracy", "throughput", "kv_transfer")},
+    "checks": {
+        name: {"enabled": name == "startup"} for name in ("startup", "parity", "accuracy", "throughput", "kv_transfer")
+    },
     "target": {
         "kind": "kubernetes",
         "kubernetes": {
@@ -196,6 +198,7 @@ def cluster() -> Iterator[Cluster]:
             ("v1/serviceaccounts", "ServiceAccount"),
             ("apps/v1/deployments", "Deployment"),
             ("networking.k8s.io/v1/networkpolicies", "NetworkPolicy"),
+            ("coordination.k8s.io/v1/leases", "Lease"),  # the run lease
         ):
             running.declare(resource, kind)
         yield Cluster(running)
@@ -361,12 +364,15 @@ def test_kinds_the_chart_renders_are_kinds_the_controller_may_create(tmp_path: P
     docs = render("canary", home, extra=["--set-file", f"config={config_file}"])
     assert validate(docs, load_crd_schemas()) == []  # the waves Role, binding and PVC, strictly
     role = next(r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-waves"))
-    granted = {
-        (group, resource) for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]
-    }
+    lease_rules = [r for r in role["rules"] if r["apiGroups"] == ["coordination.k8s.io"]]
+    assert lease_rules == [  # the run lease: read, take, renew, release
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch", "delete"]}
+    ]
+    rules = [r for r in role["rules"] if r not in lease_rules]
+    granted = {(group, resource) for rule in rules for group in rule["apiGroups"] for resource in rule["resources"]}
     wanted = {(v.rsplit("/", 1)[0] if "/" in v else "", plural) for (v, _kind), plural in RESOURCES.items()}
     assert granted == wanted
-    assert all(set(rule["verbs"]) == {"get", "list", "create", "delete"} for rule in role["rules"])
+    assert all(set(rule["verbs"]) == {"get", "list", "create", "delete"} for rule in rules)
     assert [b["roleRef"]["name"] for b in by_kind(docs, "RoleBinding")].count(role["metadata"]["name"]) == 1
     pvc = by_kind(docs, "PersistentVolumeClaim")
     assert len(pvc) == 1 and pvc[0]["metadata"]["name"].endswith("-state")
@@ -425,7 +431,10 @@ def test_the_chart_ci_waves_config_is_a_valid_plan_inside_its_deadline(tmp_path:
     spec = by_kind(docs, "CronJob")[0]["spec"]["jobTemplate"]["spec"]
     assert spec["activeDeadlineSeconds"] == config.target.kubernetes.job_deadline_s == 10800
     configmap = next(c for c in by_kind(docs, "ConfigMap") if "vllm-pd-values.yaml" in c.get("data", {}))
-    assert yaml.safe_load(configmap["data"]["vllm-pd-values.yaml"]) == values["vllmPdValues"]
+    cells_values = yaml.safe_load(configmap["data"]["vllm-pd-values.yaml"])
+    # the cells' NetworkPolicies admit the controller from its namespace (tests/k8s/test_k8s_netpol.py)
+    assert cells_values.pop("networkPolicy") == {"controller": {"namespace": "vllm-canary"}}
+    assert cells_values == values["vllmPdValues"]
 
 
 def test_a_night_applies_holm_and_its_last_lines_and_rotation_say_the_recorded_verdicts(

@@ -7,7 +7,11 @@ the objects through the Kubernetes API, and afterwards deletes every object it c
 until the wave's pods are gone, before the next wave may take the GPUs. Teardown runs on any exit
 of the wave (checks done, an exception, Ctrl-C, SIGTERM at the CronJob's deadline). A controller
 killed outright (SIGKILL) leaves objects behind: `sweep()` at the start of the next run deletes
-every object a wave created (they carry the label canary.vllm.dev/managed-by=canary-waves).
+the objects a wave created (they carry the label canary.vllm.dev/managed-by=canary-waves) of its own
+run or of a dead one, never a live run's: each object carries its run's id (canary.vllm.dev/run),
+and a run deploys and sweeps only while it holds the release's run lease
+(canary.targets.kubernetes.lease), which a second run of the release cannot take while the first
+renews it.
 
 Objects without a cell (the release's ServiceAccount, NetworkPolicies, model-cache PVC, the KV layout
 probe's ConfigMap) are created
@@ -44,6 +48,7 @@ from canary.plan.kube_names import (
     MANAGED_VALUE,
 )
 from canary.targets.cli_deadline import run_with_deadline
+from canary.targets.kubernetes.lease import LeaseError, RunLease
 from canary.targets.kubernetes.values import render_values
 
 HELM_TIMEOUT_S = 120.0
@@ -64,6 +69,7 @@ CELL_KINDS: tuple[tuple[str, str], ...] = (
     ("apps/v1", "Deployment"),
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
     ("v1", "Service"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
 )
 
 
@@ -165,6 +171,17 @@ class WaveDeployer:
         self._clock = clock
         self._sleep = sleep
         self.release_objects: list[ObjectRef] = []
+        self.lease = RunLease(
+            self._call,
+            namespace=self.namespace,
+            release=self.release,
+            run=run,
+            duration_s=settings.lease_duration_s,
+            wait_s=float(settings.lease_wait_s),
+            poll_interval_s=poll_interval_s,
+            clock=clock,
+            sleep=sleep,
+        )
 
     # ------------------------------------------------------------------ REST
 
@@ -173,8 +190,8 @@ class WaveDeployer:
     ) -> tuple[int, dict[str, Any]]:
         """(status, parsed JSON body) of one request."""
         headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
+        if body is not None:  # a PATCH is a JSON merge patch (the run lease's renewals)
+            headers["Content-Type"] = "application/merge-patch+json" if method == "PATCH" else "application/json"
         serialized = self.api_client.param_serialize(
             method=method,
             resource_path=path,
@@ -255,14 +272,27 @@ class WaveDeployer:
     def _selector(self) -> str:
         return f"{LABEL_NAME}={CHART_NAME},{LABEL_INSTANCE}={self.release},{LABEL_MANAGED}={MANAGED_VALUE}"
 
+    def _live_runs(self) -> set[str]:
+        """Runs other than this one that hold a live run lease of the release (none while we hold it)."""
+        try:
+            holder = self.lease.live_other()
+        except LeaseError as exc:
+            raise WaveError(f"not sweeping: {exc}") from None
+        return {holder.run} if holder is not None else set()
+
     def sweep(self) -> list[str]:
-        """Delete cell objects that an earlier, killed run left (our label); returns what went."""
+        """Delete cell objects that this run or a dead run left (our label); returns what went.
+
+        A live run's objects (its run id is the holder of a live lease) are never touched."""
         gone: list[str] = []
+        live = self._live_runs()
         for api_version, kind in CELL_KINDS:
             for item in self._list(api_version, kind, self._selector()):
                 labels = (item.get("metadata") or {}).get("labels") or {}
                 if labels.get(LABEL_MANAGED) != MANAGED_VALUE or labels.get(LABEL_INSTANCE) != self.release:
                     continue  # the API server filters; kmock does not, and we never delete a stranger
+                if labels.get(LABEL_RUN) in live:
+                    continue  # another live run's cell
                 ref = ObjectRef(api_version, kind, str(item["metadata"]["name"]))
                 self._delete(ref)
                 gone.append(str(ref))
@@ -296,6 +326,10 @@ class WaveDeployer:
     @contextmanager
     def wave(self, cells: Sequence[Cell]) -> Iterator[list[ObjectRef]]:
         """Create the wave's objects; on exit delete every one of them and wait for the pods to go."""
+        try:
+            self.lease.check()
+        except LeaseError as exc:
+            raise WaveError(str(exc)) from None
         docs = self.render(cells)
         created: list[ObjectRef] = []
         try:
@@ -335,7 +369,7 @@ class WaveDeployer:
 
     @contextmanager
     def session(self) -> Iterator[WaveDeployer]:
-        """Sweep leftovers first; delete the run's release objects at the end."""
+        """Sweep leftovers first; delete the run's release objects at the end (inside `self.lease.held()`)."""
         self.sweep()
         try:
             yield self
