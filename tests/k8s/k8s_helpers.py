@@ -23,6 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / ".cache" / "tools"
 CHARTS = REPO / "helm"
 KUBERNETES_VERSION = "1.33.0"
+CANARY_READER = CHARTS / "canary" / "ci" / "reader-values.yaml"
+"""helm/canary reading an installed vllm-pd release: what tests render for "a plain install" (the chart's
+own defaults refuse to install: they name no config)."""
 
 
 def tool(env_var: str, default: Path) -> Path:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from k8s_helpers import (
+    CANARY_READER,
     CHARTS,
     REPO,
     by_kind,
@@ -94,7 +95,7 @@ def test_helm_is_the_pinned_release() -> None:
 
 @pytest.mark.parametrize(
     ("chart", "values"),
-    [("vllm-pd", None), *[("vllm-pd", f) for f in VLLM_PD_CI], ("canary", None), *[("canary", f) for f in CANARY_CI]],
+    [("vllm-pd", None), *[("vllm-pd", f) for f in VLLM_PD_CI], *[("canary", f) for f in CANARY_CI]],
     ids=lambda v: v if isinstance(v, str) else (v.name if v else "defaults"),
 )
 def test_helm_lint_strict(chart: str, values: Path | None, helm_home: Path) -> None:
@@ -117,7 +118,7 @@ def test_helm_lint_strict_on_rendered_matrix_values(
 def test_validator_rejects_unknown_fields(crds: dict[tuple[str, str], dict[str, Any]], helm_home: Path) -> None:
     """The validation below is only worth something if it is strict: prove it on broken copies."""
     docs = render("vllm-pd", helm_home, [CHARTS / "vllm-pd" / "ci" / "pd-and-aggregated-values.yaml"])
-    docs += render("canary", helm_home)
+    docs += render("canary", helm_home, [CANARY_READER])
     assert validate(docs, crds) == []
     broken_deployment = json.loads(json.dumps(by_kind(docs, "Deployment")[0]))
     broken_deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolice"] = "Always"
@@ -357,11 +358,11 @@ def test_multinode_parallelism_must_match_gpus(tmp_path: Path, helm_home: Path) 
 # --------------------------------------------------------------------------- canary chart
 
 
-@pytest.mark.parametrize("values", [None, *CANARY_CI], ids=lambda p: p.name if p else "defaults")
+@pytest.mark.parametrize("values", CANARY_CI, ids=lambda p: p.name)
 def test_canary_renders_valid_manifests(
-    values: Path | None, crds: dict[tuple[str, str], dict[str, Any]], helm_home: Path
+    values: Path, crds: dict[tuple[str, str], dict[str, Any]], helm_home: Path
 ) -> None:
-    docs = render("canary", helm_home, [values] if values else [])
+    docs = render("canary", helm_home, [values])
     assert validate(docs, crds) == []
     counted = kinds(docs)
     assert counted["CronJob"] == 1
@@ -416,8 +417,8 @@ def test_canary_rbac_is_read_only_and_namespaced(helm_home: Path) -> None:
     assert cron_pod["serviceAccountName"] == account["metadata"]["name"]
 
 
-def test_canary_default_config_is_a_valid_matrix(helm_home: Path) -> None:
-    docs = render("canary", helm_home)
+def test_canary_example_config_is_a_valid_matrix(helm_home: Path) -> None:
+    docs = render("canary", helm_home, [CANARY_READER])
     text = by_kind(docs, "ConfigMap")[0]["data"]["config.yaml"]
     config = validate_config(yaml.safe_load(text), "helm/canary values.yaml config")
     assert config.target.kind == "kubernetes"
@@ -468,7 +469,7 @@ def test_prometheus_rule_validates_with_sample_rules(
         ]
     }
     (chart / "files" / "canary-rules.yaml").write_text(yaml.safe_dump(sample))
-    result = run_helm(["template", "c", str(chart), "--namespace", "x"], helm_home)
+    result = run_helm(["template", "c", str(chart), "--namespace", "x", "-f", str(CANARY_READER)], helm_home)
     assert result.returncode == 0, result.stderr
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
     rule = by_kind(docs, "PrometheusRule")[0]
@@ -483,7 +484,7 @@ def test_dashboards_configmap_for_the_grafana_sidecar(tmp_path: Path, helm_home:
     shutil.copytree(CHARTS / "canary", chart)
     dashboard = {"title": "vLLM canary", "panels": [], "uid": "canary"}
     (chart / "files" / "dashboards" / "canary-matrix.json").write_text(json.dumps(dashboard))
-    result = run_helm(["template", "c", str(chart), "--namespace", "x"], helm_home)
+    result = run_helm(["template", "c", str(chart), "--namespace", "x", "-f", str(CANARY_READER)], helm_home)
     assert result.returncode == 0, result.stderr
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
     configmap = named(docs, "ConfigMap", "c-canary-dashboards")
@@ -495,7 +496,7 @@ def test_monitors_select_the_vllm_pd_pods_and_routers(helm_home: Path) -> None:
     cells = render(
         "vllm-pd", helm_home, [CHARTS / "vllm-pd" / "ci" / "pd-and-aggregated-values.yaml"], release="vllm-pd"
     )
-    canary = render("canary", helm_home)
+    canary = render("canary", helm_home, [CANARY_READER])
     pod_monitor = by_kind(canary, "PodMonitor")[0]["spec"]
     service_monitor = by_kind(canary, "ServiceMonitor")[0]["spec"]
     for _, meta, _ in pod_specs(cells):
@@ -512,7 +513,7 @@ def test_monitors_select_the_vllm_pd_pods_and_routers(helm_home: Path) -> None:
 
 def test_network_policies_let_the_controller_and_peers_in(helm_home: Path) -> None:
     cells = render("vllm-pd", helm_home, [CHARTS / "vllm-pd" / "ci" / "pd-and-aggregated-values.yaml"])
-    canary = render("canary", helm_home)
+    canary = render("canary", helm_home, [CANARY_READER])
     controller_labels = by_kind(canary, "CronJob")[0]["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
     servers = next(p for p in by_kind(cells, "NetworkPolicy") if p["metadata"]["name"].endswith("-vllm-servers"))
     routers = next(p for p in by_kind(cells, "NetworkPolicy") if p["metadata"]["name"].endswith("-vllm-routers"))

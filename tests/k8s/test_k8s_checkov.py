@@ -26,7 +26,6 @@ def checkov_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("rendered")
     cases: dict[str, list[dict[str, Any]]] = {
         "vllm-pd-defaults": render("vllm-pd", home),
-        "canary-defaults": render("canary", home),
     }
     for values in sorted((CHARTS / "vllm-pd" / "ci").glob("*.yaml")):
         cases[f"vllm-pd-{values.stem}"] = render("vllm-pd", home, [values])

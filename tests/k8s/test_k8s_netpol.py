@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from k8s_helpers import CHARTS, by_kind, pod_specs, render
+from k8s_helpers import CANARY_READER, CHARTS, by_kind, pod_specs, render
 
 from tests.support.netpol import Pod, admitted, selector_matches
 
@@ -60,7 +60,7 @@ def pods_of(docs: list[dict[str, Any]], namespace: str) -> dict[tuple[str, str],
 
 def controller_pod(helm_home: Path, namespace: str) -> tuple[Pod, list[dict[str, Any]]]:
     """helm/canary's controller pod (the CronJob's template) in a namespace, and the rendered docs."""
-    docs = render("canary", helm_home, namespace=namespace, extra=["--set", f"targetNamespace={NS}"])
+    docs = render("canary", helm_home, [CANARY_READER], namespace=namespace, extra=["--set", f"targetNamespace={NS}"])
     _, meta, _ = next(s for s in pod_specs(docs) if s[0].startswith("CronJob/"))
     return Pod("controller", namespace, {k: str(v) for k, v in meta["labels"].items()}), docs
 

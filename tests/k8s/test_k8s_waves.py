@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from k8s_helpers import CHARTS, by_kind, helm_bin, load_crd_schemas, render, validate
+from k8s_helpers import CANARY_READER, CHARTS, by_kind, helm_bin, load_crd_schemas, render, validate
 from kmock_cluster import KmockCluster, kmock_cluster
 
 from canary.checks.estimate import checks_by_cell
@@ -374,24 +374,25 @@ def test_kinds_the_chart_renders_are_kinds_the_controller_may_create(tmp_path: P
     assert granted == wanted
     assert all(set(rule["verbs"]) == {"get", "list", "create", "delete"} for rule in rules)
     assert [b["roleRef"]["name"] for b in by_kind(docs, "RoleBinding")].count(role["metadata"]["name"]) == 1
-    pvc = by_kind(docs, "PersistentVolumeClaim")
-    assert len(pvc) == 1 and pvc[0]["metadata"]["name"].endswith("-state")
+    claims = {p["metadata"]["name"].rsplit("-", 1)[-1] for p in by_kind(docs, "PersistentVolumeClaim")}
+    assert claims == {"state", "results", "cache"}  # rotation, results + history, model cache: all kept
     args = by_kind(docs, "CronJob")[0]["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "target.kubernetes.rotation.state_file=/var/lib/canary/rotation.json" in args
 
 
 def test_the_cronjob_deadline_is_the_config_key(tmp_path: Path) -> None:
     home = tmp_path / "helm"
-    default = render("canary", home)
+    default = render("canary", home, [CANARY_READER])
     spec = by_kind(default, "CronJob")[0]["spec"]["jobTemplate"]["spec"]
     assert spec["activeDeadlineSeconds"] == KubernetesTargetConfig.model_fields["job_deadline_s"].default
     assert not [r for r in by_kind(default, "Role") if r["metadata"]["name"].endswith("-waves")], "no waves: read only"
-    config = yaml.safe_load((CHARTS / "canary" / "values.yaml").read_text())["config"]
+    config = yaml.safe_load(CANARY_READER.read_text())["config"]
     data = yaml.safe_load(config)
     data["target"]["kubernetes"]["job_deadline_s"] = 7200
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(data))
-    docs = render("canary", home, extra=["--set-file", f"config={config_file}", "--set", "job.enabled=true"])
+    extra = ["--set-file", f"config={config_file}", "--set", "job.enabled=true"]
+    docs = render("canary", home, [CANARY_READER], extra=extra)
     assert by_kind(docs, "CronJob")[0]["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 7200
     assert by_kind(docs, "Job")[0]["spec"]["activeDeadlineSeconds"] == 7200
 

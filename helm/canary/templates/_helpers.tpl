@@ -61,6 +61,23 @@ itself, wave by wave (a writer Role, the rotation state volume, the vllm-pd valu
 {{- end -}}
 
 {{/*
+The vllm-pd release whose cells are checked: targetRelease, else (waves: the controller deploys them)
+the config's target.kubernetes.release (its default: vllm-pd). configmap.yaml refuses a config without
+a gpu_budget when targetRelease is empty: there would be nothing to check.
+*/}}
+{{- define "canary.targetRelease" -}}
+{{- $cfg := fromYaml (.Values.config | default "") -}}
+{{- .Values.targetRelease | default (dig "target" "kubernetes" "release" "vllm-pd" $cfg) -}}
+{{- end -}}
+
+{{/*
+The cells' model-cache claim (modelCache, waves only): the given one, else the chart's (kept).
+*/}}
+{{- define "canary.modelCacheClaim" -}}
+{{- .Values.modelCache.existingClaim | default (printf "%s-model-cache" (include "canary.fullname" .)) -}}
+{{- end -}}
+
+{{/*
 The claim that holds /results (results.persistence): the given one, else the chart's.
 */}}
 {{- define "canary.resultsClaim" -}}
@@ -121,7 +138,7 @@ spec:
         - --set
         - {{ printf "target.kubernetes.namespace=%s" (include "canary.targetNamespace" .) | quote }}
         - --set
-        - {{ printf "target.kubernetes.release=%s" .Values.targetRelease | quote }}
+        - {{ printf "target.kubernetes.release=%s" (include "canary.targetRelease" .) | quote }}
         - --set
         - target.kubernetes.in_cluster=true
         {{- if include "canary.plan.waves" . }}
