@@ -8,7 +8,7 @@
 #
 #   make prometheus-tools   install the binaries (part of `make setup`)
 #   make test-prometheus    integration tests against real Prometheus + Pushgateway, promtool rule tests
-#   make dashboards         regenerate configs/dashboards/*.json from canary/export/prometheus/dashboards.py
+#   make dashboards         regenerate configs/dashboards/*.json from canary/export/prometheus/dashboards/
 #   make alerts-check       promtool check rules + promtool test rules
 
 TOOLS ?= .cache/tools

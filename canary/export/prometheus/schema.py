@@ -1,7 +1,7 @@
 """The Prometheus metric schema of the canary, defined once.
 
 Every exporter (Pushgateway, node-exporter textfile, `canary serve-metrics`), the Grafana
-dashboards (canary/export/prometheus/dashboards.py) and the alert rules (configs/alerts/canary-rules.yaml, checked
+dashboards (canary/export/prometheus/dashboards/) and the alert rules (configs/alerts/canary-rules.yaml, checked
 against this module by tests) use the names, help texts, units and labels below.
 
 All metrics are gauges: a run is a snapshot, and the whole run replaces the previous one.

@@ -1,7 +1,7 @@
 """The committed Grafana dashboards say what the alerts say and can be read without the README.
 
 Every check reads configs/dashboards/*.json (what Grafana loads; test_prom_promtool.py checks that it is
-what canary/export/prometheus/dashboards.py generates):
+what canary/export/prometheus/dashboards/ generates):
 - a panel that names an alert shows that alert's expression from configs/alerts/canary-rules.yaml:
   whole, or its value with the alert's threshold as a colour step (no copy that could drift, no
   panel that counts other verdicts than the alert fires for);
