@@ -14,6 +14,10 @@ from pathlib import Path
 import pytest
 
 from canary.checks import base as checks_base
+from canary.checks.accuracy.check import Threshold, build_result
+from canary.checks.accuracy.gsm8k import QuestionResult
+from canary.checks.accuracy.sequential import evaluate_sequentially
+from canary.config import AccuracyCheckConfig
 from canary.config.load import load_config
 from canary.errors import ConfigError
 from canary.judge.expectations import ENGINES_CHECK, apply_expectation
@@ -243,3 +247,67 @@ def test_the_runner_stops_a_cell_whose_engine_died_and_names_it(
     assert run.exit_code == 1
     engines = cell.check(ENGINES_CHECK)
     assert engines is not None and engines.evidence["deaths"][0]["log_tail"] == ["decode: NIXL read failed"]
+
+
+# --------------------------------------------------------------------------- checks with no gate
+
+
+def _answers(ids: list[int]) -> list[QuestionResult]:
+    return [QuestionResult(i, "q", "t", f"h{i}", "out", "1", "1", i % 4 != 0, i % 4 != 0) for i in ids]
+
+
+def _accuracy(threshold: float | None) -> CheckResult:
+    outcome = evaluate_sequentially(
+        list(range(20)),
+        _answers,
+        batch_size=20,
+        early_stop=False,
+        threshold=threshold,
+        confidence=0.95,
+        paired_alpha=0.01,
+        control=None,
+    )
+    gate = None if threshold is None else Threshold(threshold, "test")
+    return build_result(outcome, AccuracyCheckConfig(), gate, "", 1.0, "gsm8k", Path("s.jsonl"))
+
+
+def test_accuracy_with_no_threshold_and_no_control_is_ungated() -> None:
+    result = _accuracy(None)
+    assert result.verdict == "ungated" and not result.gates and "ungated" in result.summary
+    gated = _accuracy(0.5)
+    assert gated.verdict == "pass" and gated.gates
+
+
+def test_parity_on_the_control_with_no_baseline_reference_is_ungated(tmp_path: Path) -> None:
+    from canary.checks.base import CheckContext
+    from canary.checks.parity import check as parity
+    from canary.checks.parity.fidelity import Position, compare
+    from canary.checks.parity.prompts import ParityPrompt
+    from canary.checks.parity.reference import CACHE_BATCH_ARM, FORCED_NULL_ARM, Reference
+
+    series = [Position(7 + i, -0.1, {7 + i: -0.1, 8 + i: -2.1}) for i in range(8)]
+    twin = [Position(9 + i, -0.1, {9 + i: -0.1, 10 + i: -2.1}) for i in range(8)]
+    null = {CACHE_BATCH_ARM: compare(series, series), FORCED_NULL_ARM: compare(series, series, True)}
+    ids = list(range(40))
+    refs = [Reference(ParityPrompt(40, ids, [5, *ids[1:]], 4, 40), series, null, compare(series, twin))]
+    config = load_config(CONFIGS_DIR / "cpu-default.yaml")
+    cell = next(c for c in plan(config).cells if c.topology == "aggregated" and c.image == config.baseline)
+    ctx = CheckContext(cell, Deployment(cell, "http://127.0.0.1:9", "tiny", started=True), config, tmp_path)
+    result = parity._reference_result(ctx, refs, config.checks.parity, {})
+    assert result.verdict == "ungated" and "ungated" in result.summary and not result.gates
+
+
+def test_startup_without_live_config_verification_is_ungated(tmp_path: Path) -> None:
+    """A real (stand-in) OpenAI server answers: it serves, but the config it runs was not looked at."""
+    from canary.checks.base import CheckContext
+    from canary.checks.startup.check import startup_check
+    from tests.support.scripted_server import ScriptedServer
+
+    config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["checks.startup.verify_live_config=false"])
+    cell = next(c for c in plan(config).cells if c.topology == "aggregated" and c.status == "planned")
+    with ScriptedServer(ttft_s=0.0, itl_s=0.0, record=False) as server:
+        deployment = Deployment(cell, server.url, server.model, started=True)
+        deployment.servers["aggregated"] = ServerInfo(role="aggregated", base_url=server.url)
+        result = startup_check(CheckContext(cell, deployment, config, tmp_path))
+    assert result.verdict == "ungated", result.summary
+    assert "live config not verified" in result.summary
