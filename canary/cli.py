@@ -35,6 +35,7 @@ from canary.bisect import cli as bisect_cli
 from canary.checks.estimate import checks_by_cell
 from canary.config import CanaryConfig
 from canary.config.load import blame_overrides, load_config
+from canary.core.term import NON_TTY_WIDTH, columns
 from canary.core.words import closest, listing
 from canary.errors import CanaryError, ConfigError, UsageError
 from canary.export.history import cli as history_cli
@@ -427,15 +428,11 @@ def honour_sigint() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-NON_TTY_WIDTH = 120
-"""Columns of the tables `canary` prints into a pipe or file without $COLUMNS (a log read in a terminal later)."""
-
-
 def console_width(tty: bool, env: Mapping[str, str]) -> int | None:
     """$COLUMNS when set; else the terminal's own width (None: rich asks it); else NON_TTY_WIDTH."""
-    columns = env.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
+    set_width = columns(env)
+    if set_width is not None:
+        return set_width
     return None if tty else NON_TTY_WIDTH
 
 

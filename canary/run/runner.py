@@ -17,6 +17,7 @@ from pathlib import Path
 from canary import __version__
 from canary.checks.base import CheckContext, check_order, registered, run_before_checks
 from canary.config import CanaryConfig
+from canary.core.term import fit, terminal_width
 from canary.export.history.record import record_run
 from canary.judge.expectations import ENGINES_CHECK, apply_expectation
 from canary.judge.request_tests import apply_family_control, provisional
@@ -31,8 +32,10 @@ Progress = Callable[[str], None]
 
 
 def default_progress(message: str) -> None:
-    """Print a progress line to stderr with a timestamp."""
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+    """Print a progress line to stderr with a timestamp, cut to the terminal's width with an ellipsis
+    (a reason is whole in results.json and summary.md; into a file or pipe the line stays whole)."""
+    line = f"[{time.strftime('%H:%M:%S')}] {message}"
+    print(fit(line, terminal_width(sys.stderr, os.environ)), file=sys.stderr, flush=True)
 
 
 def new_run_id(config_name: str) -> str:
