@@ -2,20 +2,40 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Annotated
+
+from pydantic import Field, model_validator
 
 from canary.config.base import Probability, Strict
+from canary.config.secrets import EnvName, no_password
 from canary.config.urls import DatabaseUrl, HttpUrl
 
 
 class PushgatewayConfig(Strict):
     """Push results to a Prometheus Pushgateway."""
 
-    url: HttpUrl | None = Field(None, description="Pushgateway URL; env PUSHGATEWAY_URL is used when unset.")
+    url: Annotated[HttpUrl | None, no_password("export.pushgateway.password_env")] = Field(
+        None, description="Pushgateway URL (no credentials in it); env PUSHGATEWAY_URL is used when unset."
+    )
+    username: str | None = Field(None, description="Basic-auth user of the push (with password_env).")
+    password_env: EnvName | None = Field(
+        None, description="Environment variable holding the basic-auth password (the value never enters the config)."
+    )
+    token_env: EnvName | None = Field(
+        None, description="Environment variable holding a bearer token for the push (instead of basic auth)."
+    )
     job: str = Field("vllm-canary", description="Job name of the grouping key.")
     scope: str = Field("default", description="Second grouping-key label, so several canaries coexist.")
     retries: int = Field(3, ge=0, description="Retries before spooling to disk.")
     timeout_s: float = Field(10.0, gt=0, description="Per-request timeout.")
+
+    @model_validator(mode="after")
+    def _one_auth(self) -> PushgatewayConfig:
+        if (self.username is None) != (self.password_env is None):
+            raise ValueError("basic auth needs both username and password_env (the variable holding the password)")
+        if self.token_env is not None and self.username is not None:
+            raise ValueError("give basic auth (username + password_env) or a bearer token (token_env), not both")
+        return self
 
 
 class HistoryConfig(Strict):
@@ -25,8 +45,15 @@ class HistoryConfig(Strict):
     path: str = Field(
         "history.sqlite", description="SQLite file, relative to results_dir unless absolute (used when url is unset)."
     )
-    url: DatabaseUrl | None = Field(
-        None, description="postgresql://user:password@host:port/db: one history for several canaries instead of SQLite."
+    url: Annotated[DatabaseUrl | None, no_password("export.history.password_env")] = Field(
+        None,
+        description="postgresql://user@host:port/db (no password in it): one history for several canaries "
+        "instead of SQLite.",
+    )
+    password_env: EnvName | None = Field(
+        None,
+        description="Environment variable holding the database password (libpq's PGPASSWORD or ~/.pgpass work "
+        "too when unset); the value never enters the config.",
     )
     alpha: Probability = Field(0.05, description="Permutation-test level of an E-Divisive change point.")
     permutations: int = Field(499, ge=19, description="Permutations per significance test.")

@@ -8,7 +8,9 @@ from pydantic import Field, field_validator, model_validator
 
 from canary.config.base import PositiveInt, Strict, Topology
 from canary.config.matrix import CellMatch
+from canary.config.secrets import EnvName
 from canary.config.urls import HttpUrl
+from canary.core.redact import has_userinfo, looks_secret
 from canary.core.words import listing
 
 NonNegativeInt = Annotated[int, Field(ge=0)]
@@ -25,6 +27,18 @@ SecretName = Annotated[
 class LocalTargetConfig(Strict):
     """Start real vLLM processes on this machine."""
 
+    @field_validator("env")
+    @classmethod
+    def _no_secret_values(cls, env: dict[str, str]) -> dict[str, str]:
+        secret = sorted(name for name, value in env.items() if value and (looks_secret(name) or has_userinfo(value)))
+        if secret:
+            raise ValueError(
+                f"{listing(secret)} look(s) like a secret: a value here is stored in every run's config.json and "
+                "printed by --dry-run; export it in the canary's environment and name it in target.local.env_from "
+                f"(e.g. env_from: {{{secret[0]}: {secret[0]}}})"
+            )
+        return env
+
     engine_python: str = Field(".venv-engine/bin/python", description="Default engine venv python.")
     entrypoint: list[str] = Field(
         ["-m", "vllm.entrypoints.openai.api_server"], description="Args after python that start a server."
@@ -36,7 +50,17 @@ class LocalTargetConfig(Strict):
         description="--enforce-eager on every engine. auto: on CPU only (saves ~1 min per start there); GPUs "
         "then run with CUDA graphs and torch.compile, as vLLM is deployed. true/false: on every platform.",
     )
-    env: dict[str, str] = Field(default_factory=dict, description="Extra env for every engine process.")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra env for every engine process. No secrets (a name like *_TOKEN, *PASSWORD*, *SECRET*, "
+        "*_KEY with a value is refused: the config lands in config.json and --dry-run): use env_from.",
+    )
+    env_from: dict[EnvName, EnvName] = Field(
+        default_factory=dict,
+        description="Engine variables copied from the canary's own environment at start (engine name -> the "
+        "canary's variable), for secrets such as HF_TOKEN: the value never enters the config, config.json or "
+        "--dry-run's output.",
+    )
     extra_args: list[str] = Field(default_factory=list, description="Extra args for every engine.")
     cpu_kvcache_space_gib: PositiveInt = Field(1, description="VLLM_CPU_KVCACHE_SPACE (CPU only).")
     nice: int = Field(

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from canary.config import CanaryConfig
 from canary.core.atomic import write_atomic
+from canary.core.redact import redact_tree
 from canary.errors import warn_stderr
 from canary.export.report import point_latest, write_all
 from canary.export.report.trends import Trends, load_trends
@@ -43,7 +44,8 @@ def dry_run(
     waves = wave_preview(config, the_plan)
     if waves is not None:  # Kubernetes in waves: tonight's waves and the first wave's manifests
         payload["waves"] = waves
-    return json.dumps(payload, indent=2)
+    # secrets never printed: env values of secret-looking names or copied by env_from, URL user information
+    return json.dumps(redact_tree(payload, also=config.target.local.env_from), indent=2)
 
 
 RUN_TEXTFILE_NAME = "canary.prom"

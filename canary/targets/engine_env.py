@@ -9,7 +9,8 @@ settings, the Hugging Face cache of a hub model (HF_HOME), the platform's settin
 CPU), the cell's settings (model runner, NIXL side channel, CPU binding, the engine's GPUs:
 CUDA_VISIBLE_DEVICES from canary.targets.devices), then `target.local.env` from the config. A
 config value of "" removes the variable: `VLLM_USE_V2_MODEL_RUNNER: ""` leaves the runner choice
-to vLLM's default.
+to vLLM's default. Last, `target.local.env_from` copies named variables (secrets such as HF_TOKEN)
+from the canary's own environment, the one thing taken from it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from canary.config import CanaryConfig, Runner
+from canary.config.secrets import from_env
 from canary.paths import CACHE_DIR, REPO_ROOT
 from canary.targets.devices import Devices, visible_devices_env
 
@@ -157,7 +159,10 @@ def engine_env(
     if role.nixl_side_channel_port is not None:
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = env["VLLM_HOST_IP"]
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(role.nixl_side_channel_port)
-    return apply_overrides(env, local.env)
+    env = apply_overrides(env, local.env)
+    for name, source in local.env_from.items():  # secrets: from the canary's environment, never the config
+        env[name] = from_env(source, f"target.local.env_from.{name}")
+    return env
 
 
 def router_env(config: CanaryConfig, *, bin_dir: Path | None, cache_dir: Path = CACHE_DIR) -> dict[str, str]:

@@ -22,7 +22,9 @@ from canary.judge.results import RunResult
 
 def open_configured(settings: HistoryConfig, results_dir: Path) -> HistoryStore:
     """The configured store: PostgreSQL when export.history.url is set, else the SQLite file."""
-    return open_store(url=settings.url, sqlite=sqlite_path(results_dir, settings.path))
+    return open_store(
+        url=settings.url, sqlite=sqlite_path(results_dir, settings.path), password_env=settings.password_env
+    )
 
 
 def annotate(run: RunResult, store: HistoryStore, settings: HistoryConfig) -> list[str]:
@@ -58,7 +60,12 @@ def record_bisections(bisections: BisectFile, settings: HistoryConfig, results_d
         return []
     rows = bisection_rows(bisections.run_id, bisections)
     try:  # create=False: no empty SQLite history left behind for a run that is not in one
-        with open_store(url=settings.url, sqlite=sqlite_path(results_dir, settings.path), create=False) as store:
+        with open_store(
+            url=settings.url,
+            sqlite=sqlite_path(results_dir, settings.path),
+            create=False,
+            password_env=settings.password_env,
+        ) as store:
             store.write_bisections(bisections.run_id, rows)
             return [f"history: recorded {len(rows)} bisected cell(s) of {bisections.run_id} in {store.where}"]
     except HistoryError as exc:

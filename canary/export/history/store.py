@@ -28,6 +28,8 @@ from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
+from canary.config.secrets import MissingSecret, from_env
+from canary.core.redact import redact_url
 from canary.errors import CanaryError
 from canary.export.history.rows import BisectionRow, RunRows
 
@@ -337,20 +339,37 @@ def sqlite_path(results_dir: Path, path: str | None = None) -> Path:
 
 
 def open_store(
-    *, url: str | None = None, sqlite: Path | None = None, create: bool = True, connect_timeout_s: float = 10.0
+    *,
+    url: str | None = None,
+    sqlite: Path | None = None,
+    create: bool = True,
+    connect_timeout_s: float = 10.0,
+    password_env: str | None = None,
 ) -> HistoryStore:
     """Open (and create the tables of) the history: PostgreSQL when `url` is given, else SQLite.
 
     create=False: a missing SQLite file is an error (readers never leave an empty history behind).
+    password_env names the variable holding PostgreSQL's password (export.history.password_env; the
+    URL carries none); unset, libpq's own PGPASSWORD or ~/.pgpass apply.
     """
     if url:
         if not url.startswith(("postgresql://", "postgres://")):
             raise HistoryError(f"export.history.url must be a postgresql:// URL, got {url.split('@')[-1]!r}")
         import psycopg
 
-        where = "postgresql://" + url.split("@")[-1]  # never print a password
+        where = "postgresql://" + redact_url(url).split("@")[-1]  # never print a password
+        password: str | None = None
+        if password_env:
+            try:
+                password = from_env(password_env, "export.history.password_env")
+            except MissingSecret as exc:
+                raise HistoryError(f"cannot connect to the history database {where}: {exc}") from None
         try:
-            conn = psycopg.connect(url, connect_timeout=max(1, int(connect_timeout_s)))
+            timeout = max(1, int(connect_timeout_s))
+            if password is None:
+                conn = psycopg.connect(url, connect_timeout=timeout)
+            else:  # a keyword wins over the URL's (which has none: the config refuses one)
+                conn = psycopg.connect(url, connect_timeout=timeout, password=password)
         except psycopg.Error as exc:
             raise HistoryError(f"cannot connect to the history database {where}: {exc}") from exc
         store = HistoryStore(conn, placeholder="%s", where=where)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from canary.core.atomic import write_atomic
+from canary.core.redact import redact_url
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 SPOOL_SUBDIR = Path(".spool") / "pushgateway"
@@ -54,6 +55,26 @@ class Gateway:
     timeout_s: float = 10.0
     retries: int = 3
     backoff_s: float = 1.0
+    authorization: str | None = None
+    """The Authorization header's value (basic_auth() or bearer()); never printed."""
+
+    @property
+    def where(self) -> str:
+        """The URL as messages may show it (no user information)."""
+        return redact_url(self.url)
+
+    def __repr__(self) -> str:
+        return f"Gateway(url={self.where!r}, authorization={'***' if self.authorization else None})"
+
+
+def basic_auth(username: str, password: str) -> str:
+    """An Authorization value for HTTP basic auth."""
+    return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode("ascii")
+
+
+def bearer(token: str) -> str:
+    """An Authorization value for a bearer token."""
+    return f"Bearer {token}"
 
 
 def _segment(label: str, value: str) -> str:
@@ -73,18 +94,19 @@ def group_url(base_url: str, job: str, scope: str) -> str:
 
 def push_once(gateway: Gateway, job: str, scope: str, body: bytes) -> None:
     """One PUT of body to the group; PushError on any failure."""
-    request = urllib.request.Request(
-        group_url(gateway.url, job, scope), data=body, method="PUT", headers={"Content-Type": CONTENT_TYPE}
-    )
+    headers = {"Content-Type": CONTENT_TYPE}
+    if gateway.authorization:
+        headers["Authorization"] = gateway.authorization
+    request = urllib.request.Request(group_url(gateway.url, job, scope), data=body, method="PUT", headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=gateway.timeout_s) as response:
             response.read()
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode("utf-8", errors="replace").strip()[:500]
-        raise PushError(f"HTTP {exc.code} from {gateway.url}: {detail}", retryable=exc.code >= 500) from None
+        raise PushError(f"HTTP {exc.code} from {gateway.where}: {detail}", retryable=exc.code >= 500) from None
     except (OSError, ValueError) as exc:  # URLError, refused, timeout, bad URL
         reason = getattr(exc, "reason", exc)
-        raise PushError(f"cannot reach {gateway.url}: {reason}", retryable=True) from None
+        raise PushError(f"cannot reach {gateway.where}: {redact_url(str(reason))}", retryable=True) from None
 
 
 def push(gateway: Gateway, job: str, scope: str, body: bytes) -> int:
@@ -161,7 +183,7 @@ def push_run(gateway: Gateway, job: str, scope: str, run_id: str, body: bytes, s
     Returns one status line per run handled."""
     spool = Spool(spool_dir)
     lines: list[str] = []
-    where = f"{gateway.url} (job={job}, scope={scope})"
+    where = f"{gateway.where} (job={job}, scope={scope})"
     with spool.locked():
         for entry in spool.pending():
             try:

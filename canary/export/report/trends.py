@@ -130,7 +130,12 @@ def load_trends(run: RunResult, settings: HistoryConfig, results_dir: Path, *, w
     if not settings.enabled:
         return Trends(note="the run history is disabled (export.history.enabled: false)")
     try:
-        with open_store(url=settings.url, sqlite=sqlite_path(results_dir, settings.path), create=False) as store:
+        with open_store(
+            url=settings.url,
+            sqlite=sqlite_path(results_dir, settings.path),
+            create=False,
+            password_env=settings.password_env,
+        ) as store:
             return read_trends(store, run, window=window)
     except HistoryError as exc:
         return Trends(note=f"no run history to compare with: {exc}")
