@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ExitStatus = Callable[[str], int | None]
-"""A role's exit status once its server has exited (negative: killed by that signal), None while it runs."""
+ExitStatus = Callable[[str], int | str | None]
+"""A role's exit status once its server has exited (negative: killed by that signal), or how it ended in
+words where no status is known (a pod that restarted), None while it runs."""
 
 LOG_LINES = 12
 """Log lines kept from before a death."""
@@ -89,5 +90,6 @@ def deaths(roles: dict[str, Path | None], exit_status: ExitStatus) -> list[Engin
         if status is None:
             continue
         cause, tail = _log_evidence(log_path)
-        found.append(EngineDeath(role, now, describe_exit(status), cause, tail))
+        how = status if isinstance(status, str) else describe_exit(status)
+        found.append(EngineDeath(role, now, how, cause, tail))
     return found

@@ -450,3 +450,28 @@ def test_the_startup_check_fails_a_crash_looping_kubernetes_cell_with_its_signat
     assert result.verdict == "fail"
     assert result.evidence["failure_class"] == "kv-view-overrun"
     assert "decode" in result.summary
+
+
+def test_a_pod_that_restarts_while_its_cell_is_checked_is_a_named_death(
+    cluster: KmockCluster, cells: dict[str, Cell], tmp_path: Path
+) -> None:
+    """Issue 41 on the Kubernetes emulator (kmock, a stand-in for a cluster): decode's container restarts
+    during the checks; the deployment's watch names it with the pod's exit code and its previous log."""
+    from canary.run.runner import engines_died
+
+    cell = cells["pd"]
+    deploy_pd(cluster, cell)
+    decode_pod = f"{cell.k8s_name}-decode-5c4b-fghij"
+    cluster.log(NAMESPACE, decode_pod, "vllm", STARTUP_OK)
+    target = target_for(cluster)
+    with target.deploy(cell, tmp_path / "logs") as deployment:
+        assert engines_died(deployment, during="parity") is None, "a ready cell has no death"
+        restarted = pod(decode_pod, cell, "decode", ready_after=None, restarts=1, last_terminated=("Error", 139))
+        cluster.put("v1/pods", NAMESPACE, restarted)
+        cluster.log(NAMESPACE, decode_pod, "vllm", "ERROR EngineCore encountered an issue\n", previous=True)
+        died = engines_died(deployment, during="parity")
+    assert died is not None and died.verdict == "fail"
+    assert "decode server died (restarted 1 time(s) since it was ready" in died.summary
+    assert "exit code 139" in died.summary
+    (death,) = died.evidence["deaths"]
+    assert death["role"] == "decode" and "EngineCore encountered an issue" in (death["cause"] or "")

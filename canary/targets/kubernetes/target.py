@@ -64,6 +64,7 @@ from canary.targets.kubernetes.state import (
     judge_cell,
     pod_state,
 )
+from canary.targets.liveness import ExitStatus
 
 # uvicorn's line once the OpenAI server listens (uvicorn/lifespan/on.py): the end of the startup
 # record. vLLM's own startup lines (runner, backend, KV cache size) all come before it.
@@ -463,11 +464,40 @@ class KubernetesTarget:
         """Find the cell, wait for it, hand it to the checks; afterwards save its logs again."""
         state = self.wait_for(cell)
         try:
-            yield self.to_deployment(cell, state, log_dir)
+            deployment = self.to_deployment(cell, state, log_dir)
+            if deployment.started:
+                deployment.exit_status = self._restart_watch(cell, state, log_dir)
+            yield deployment
         finally:
             # logs after the checks ran (KV transfer lines, errors under load)
             with contextlib.suppress(KubernetesTargetError):
                 self._write_logs(self.discover([cell], with_logs=True)[cell.id], log_dir)
+
+    def _restart_watch(self, cell: Cell, state: CellDeployment, log_dir: Path) -> ExitStatus:
+        """canary.targets.liveness for pods: a role whose containers restarted (or whose pods are gone)
+        since the cell was found ready has died while it was checked; its logs are saved again first, so
+        the death's log lines (the previous container's) are in the record."""
+        seen = {role: sum(p.restarts for p in pods) for role, pods in state.pods.items()}
+
+        def status(role: str) -> str | None:
+            now = self.discover([cell], with_logs=False)[cell.id]
+            pods = now.pods.get(role, [])
+            restarted = sum(p.restarts for p in pods) - seen.get(role, 0)
+            if pods and restarted <= 0:
+                return None
+            with contextlib.suppress(KubernetesTargetError):
+                self._write_logs(self.discover([cell], with_logs=True)[cell.id], log_dir)
+            if not pods:
+                return "its pods are gone"
+            last = next((p for p in pods if p.last_exit_code is not None or p.last_termination_reason), None)
+            ended = (
+                f", last container {last.last_termination_reason or 'terminated'} with exit code {last.last_exit_code}"
+                if last is not None
+                else ""
+            )
+            return f"restarted {restarted} time(s) since it was ready{ended}"
+
+        return status
 
     def describe(self, cell: Cell) -> dict[str, object]:
         """What this target looks for (for --dry-run); reads nothing."""
