@@ -1,6 +1,6 @@
 """Run a load subprocess from the canary (no locust, no gevent here) and read its result.
 
-`run_load` writes the spec, starts `python -m canary.load.run` in its own process group with a
+`run_load` writes the spec, starts `python -m canary.load.process` in its own process group with a
 deadline, always kills the group on the way out, and turns the raw output into samples, client
 health and metrics. `LoadSession` keeps one such process for many short runs. `token_pool` asks a
 server for ordinary token ids (its own `/tokenize`), so prompts have an exact length without a
@@ -111,7 +111,7 @@ def run_load(
 ) -> LoadResult:
     """Run one load in a subprocess; its raw output stays in work_dir/NAME.json."""
     spec_path, out_path, log_path = _prepare(spec, work_dir, name)
-    args = [python, "-m", "canary.load.run", "--spec", str(spec_path), "--out", str(out_path), *(extra_args or [])]
+    args = [python, "-m", "canary.load.process", "--spec", str(spec_path), "--out", str(out_path), *(extra_args or [])]
     deadline_s = spec.max_duration_s + SUBPROCESS_GRACE_S
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -150,7 +150,7 @@ def _read(spec: WorkloadSpec, out_path: Path, slo: Slo | None) -> LoadResult:
 
 
 class LoadSession:
-    """One load process for many short runs (`python -m canary.load.run --serve`).
+    """One load process for many short runs (`python -m canary.load.process --serve`).
 
     A run costs its requests only, not ~3 s of CPU to start Python, locust and gevent: the paired
     verdict's windows are 16-request runs. Each run is the same code as `run_load`'s (one local
@@ -168,7 +168,7 @@ class LoadSession:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")  # closed in close()
         self._proc = subprocess.Popen(
-            [self.python, "-m", "canary.load.run", "--serve"],
+            [self.python, "-m", "canary.load.process", "--serve"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,

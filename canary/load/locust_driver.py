@@ -1,6 +1,6 @@
 """Drive locust inside the load subprocess: one local runner, or a master with worker processes.
 
-Imports locust (gevent monkey-patching): only `python -m canary.load.run` imports this module.
+Imports locust (gevent monkey-patching): only `python -m canary.load.process` imports this module.
 
 Every process measures itself: its CPU seconds over the run (`resource.getrusage`) and the lag
 of its gevent loop (a greenlet that asks to wake every `lag_probe_interval_s` and records how late
@@ -138,7 +138,7 @@ def local_workers(count: int, master_port: int) -> Iterator[list[subprocess.Pope
             [
                 sys.executable,
                 "-m",
-                "canary.load.run",
+                "canary.load.process",
                 "--worker",
                 "--master-host",
                 "127.0.0.1",

@@ -1,6 +1,6 @@
 """The open-loop sender: every request goes out at its scheduled time, whatever is still in flight.
 
-Imports locust and gevent: only the load subprocess (`python -m canary.load.run`) imports it.
+Imports locust and gevent: only the load subprocess (`python -m canary.load.process`) imports it.
 
 One dispatcher greenlet walks the plan in order, sleeps until each request's scheduled time
 (`PlannedRequest.offset_s` from the run's start) and spawns a greenlet that streams it on a shared
@@ -35,7 +35,7 @@ from locust.contrib.fasthttp import FastHttpSession
 from locust.env import Environment
 
 from canary.load import rxstamp, user
-from canary.load.runner import LagProbe, cpu_seconds, freeze_heap
+from canary.load.locust_driver import LagProbe, cpu_seconds, freeze_heap
 from canary.load.stats import ClientHealth, Sample
 from canary.load.workload import PlannedRequest, WorkloadSpec, build_plan
 

@@ -1,12 +1,12 @@
-"""`python -m canary.load.run`: one load run in its own process (locust + gevent).
+"""`python -m canary.load.process`: one load run in its own process (locust + gevent).
 
-    python -m canary.load.run --spec SPEC.json --out OUT.json
+    python -m canary.load.process --spec SPEC.json --out OUT.json
         one process, or a master plus spec.workers local worker processes
-    python -m canary.load.run --spec SPEC.json --out OUT.json --expect-workers N \\
+    python -m canary.load.process --spec SPEC.json --out OUT.json --expect-workers N \\
         --master-bind-host 0.0.0.0 --master-bind-port 5557
         a master that waits for N workers started on other machines with
-    python -m canary.load.run --worker --master-host HOST --master-port 5557
-    python -m canary.load.run --serve
+    python -m canary.load.process --worker --master-host HOST --master-port 5557
+    python -m canary.load.process --serve
         one process for many runs: each stdin line `{"spec": SPEC.json, "out": OUT.json}` runs one
         load (one local process each) and answers `done OUT.json` on stdout; EOF ends it
 
@@ -34,13 +34,13 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import TextIO  # noqa: E402
 
-from canary.load import openloop, runner  # noqa: E402
+from canary.load import locust_driver, openloop  # noqa: E402
 from canary.load.workload import WorkloadSpec  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point."""
-    parser = argparse.ArgumentParser(prog="python -m canary.load.run", description="One locust load run.")
+    parser = argparse.ArgumentParser(prog="python -m canary.load.process", description="One locust load run.")
     parser.add_argument("--spec", type=Path, help="WorkloadSpec JSON")
     parser.add_argument("--out", type=Path, help="where to write the raw result JSON")
     parser.add_argument("--worker", action="store_true", help="run as a locust worker of a master")
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.worker:
-        return runner.run_worker(args.master_host, args.master_port)
+        return locust_driver.run_worker(args.master_host, args.master_port)
     if args.serve:
         return serve(sys.stdin, sys.stdout)
     if args.spec is None or args.out is None:
@@ -64,9 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     if spec.open_loop:
         result = openloop.run_open(spec)
     elif args.expect_workers or spec.workers:
-        result = runner.run_master(spec, args.expect_workers, args.master_bind_host, args.master_bind_port or None)
+        result = locust_driver.run_master(
+            spec, args.expect_workers, args.master_bind_host, args.master_bind_port or None
+        )
     else:
-        result = runner.run_local(spec)
+        result = locust_driver.run_local(spec)
     _write(args.out, result)
     return 0
 
@@ -85,7 +87,7 @@ def serve(requests: TextIO, answers: TextIO) -> int:
             if spec.workers:
                 raise ValueError("--serve runs loads in this process only (spec.workers must be 0)")
             place(spec)
-            result = openloop.run_open(spec) if spec.open_loop else runner.run_local(spec)
+            result = openloop.run_open(spec) if spec.open_loop else locust_driver.run_local(spec)
             _write(Path(request["out"]), result)
         except Exception as exc:  # one bad request must not end the session; the caller reads why
             answers.write(f"error {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}\n")

@@ -1,7 +1,7 @@
 """The locust user: streams one planned request at a time and records a raw Sample per request.
 
 Importing this module imports locust, which gevent-monkey-patches the process: only the load
-subprocess (`python -m canary.load.run`) imports it.
+subprocess (`python -m canary.load.process`) imports it.
 
 The response body is read straight from the connection's socket (`rxstamp.StampedLines`: each
 SSE line as soon as it arrives, stamped with the kernel's receive time of its bytes, not with when

@@ -214,7 +214,7 @@ def test_distributed_two_workers(scripted: ScriptedServer, tmp_path: Path) -> No
 def test_master_with_workers_started_elsewhere(scripted: ScriptedServer, tmp_path: Path) -> None:
     """The multi-machine recipe: workers started on their own (here: this machine) join the master."""
     port = free_ports(1)[0]  # below the ephemeral range: no other socket gets it by chance
-    worker_cmd = [sys.executable, "-m", "canary.load.run", "--worker", "--master-host", "127.0.0.1",
+    worker_cmd = [sys.executable, "-m", "canary.load.process", "--worker", "--master-host", "127.0.0.1",
                   "--master-port", str(port)]  # fmt: skip
     workers = [subprocess.Popen(worker_cmd, start_new_session=True) for _ in range(2)]
     try:

@@ -126,7 +126,7 @@ def test_the_dev_set_extends_the_runtime_lock_and_the_venv_installs_it() -> None
 def test_locust_and_the_load_modules_import_without_pytest() -> None:
     code = (
         "import sys; sys.modules['pytest'] = None; sys.modules['_pytest'] = None\n"
-        "import canary.load.run, canary.load.runner, canary.load.user, canary.cli\n"
+        "import canary.load.process, canary.load.locust_driver, canary.load.user, canary.cli\n"
         "print('ok')"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)

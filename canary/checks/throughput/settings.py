@@ -244,7 +244,7 @@ class ThroughputCheckConfig(Strict):
         0,
         ge=0,
         description="N > 0: instead of local workers, the load process is a locust master that waits for N workers "
-        "started elsewhere with `python -m canary.load.run --worker --master-host HOST --master-port PORT`.",
+        "started elsewhere with `python -m canary.load.process --worker --master-host HOST --master-port PORT`.",
     )
     master_bind_host: str = Field("127.0.0.1", description="remote_workers: interface the master listens on.")
     master_bind_port: int = Field(5557, gt=0, lt=65536, description="remote_workers: port the master listens on.")

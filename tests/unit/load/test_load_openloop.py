@@ -3,7 +3,7 @@
 The stand-in is tests/support/scripted_server.py: a real HTTP server answering OpenAI-style
 streaming completions after a scripted TTFT and inter-token gap, and recording when each request
 reached the host (the kernel's receive stamp, on the same monotonic clock as the client). Each test
-runs the real load subprocess (`python -m canary.load.run`) against it: a few seconds each.
+runs the real load subprocess (`python -m canary.load.process`) against it: a few seconds each.
 """
 
 from __future__ import annotations
