@@ -24,6 +24,7 @@ from canary.judge.request_tests import apply_family_control, provisional
 from canary.judge.results import CellResult, CheckResult, Gate, RunResult, utc_now
 from canary.plan.cell import Cell
 from canary.plan.matrix import Plan
+from canary.run.eta import Eta
 from canary.run.held import HeldDeployments
 from canary.targets import create_target
 from canary.targets.base import Deployment, Preflight, Target
@@ -270,12 +271,14 @@ def execute(
     started = time.monotonic()
     earlier: dict[str, CellResult] = {}
     total = len(plan.cells)
+    eta = Eta.for_plan(plan.cells, config)
     try:
         with HeldDeployments(target, config, plan.cells, progress) as held:
             for index, cell in enumerate(plan.cells, start=1):
-                progress(f"cell {index}/{total}: {cell.id} [{cell.status}]")
+                ahead = eta.line() if cell.status == "planned" else ""
+                progress(f"cell {index}/{total}: {cell.id} [{cell.status}]" + (f", {ahead}" if ahead else ""))
                 where = f"cell {index}/{total}"
-                run_next_cell(cell, config, target, run_dir, run, earlier, progress, where, held=held)
+                eta.cell_done(run_next_cell(cell, config, target, run_dir, run, earlier, progress, where, held=held))
     except KeyboardInterrupt:
         for cell in plan.cells[len(run.cells) :]:
             run.cells.append(CellResult(cell=cell, verdict="error", reason="interrupted (Ctrl-C)"))
