@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,8 +44,15 @@ def _cell(config: CanaryConfig, cell_id: str) -> Cell:
     return next(c for c in plan(config).cells if c.id == cell_id)
 
 
-def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+def _state(pid: int, want: str | None = None, timeout_s: float = 5.0) -> str:
+    """The process state letter; with `want`, polled until it shows (a signal reaches a process running on
+    another core asynchronously: read at once on a busy machine, a stopped process can still say R)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if want is None or state == want or time.monotonic() > deadline:
+            return state
+        time.sleep(0.02)
 
 
 class FreezingTarget:
@@ -125,7 +133,7 @@ def test_the_baseline_is_frozen_between_its_cell_and_the_paired_check(tmp_path: 
             assert probe(own.base_url, own.served_model).ready
         assert held.held == [BASELINE]
         pid = target.pids[BASELINE]
-        assert _state(pid) == "T", "the kept deployment runs on"
+        assert _state(pid, want="T") == "T", "the kept deployment runs on"
         assert not probe(own.base_url, own.served_model, timeout_s=0.5).ready
         held.finished(BASELINE)
         with held.deploy(_cell(config, BASELINE), tmp_path / "paired") as thawed:
