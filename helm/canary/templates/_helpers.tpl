@@ -159,6 +159,13 @@ spec:
               fieldPath: metadata.namespace
         - name: HOME
           value: /tmp
+        {{- range $name, $key := .Values.secrets.env }}
+        - name: {{ $name }}
+          valueFrom:
+            secretKeyRef:
+              name: {{ required "secrets.existingSecret: name the Secret whose keys secrets.env maps to variables" $.Values.secrets.existingSecret }}
+              key: {{ $key | quote }}
+        {{- end }}
         {{- with .Values.extraEnv }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
