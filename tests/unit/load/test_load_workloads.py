@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from canary.checks.throughput.check import build_spec
-from canary.config.checks import ThroughputCheckConfig
+from canary.config import ThroughputCheckConfig
 from canary.config.trace import TraceError, load_trace
 from canary.load.schedule import schedule
 from canary.load.shapes import residue_lengths
