@@ -18,6 +18,7 @@ from canary.export.history.importer import import_paths
 from canary.export.history.plot import history_svg
 from canary.export.history.store import HistoryError, HistoryStore, open_store, sqlite_path
 from canary.export.history.tracked import TRACKED, TRACKED_CHECK
+from canary.export.report.grid import marked, not_to_scale
 
 
 def _store_args(parser: argparse.ArgumentParser) -> None:
@@ -92,6 +93,17 @@ def _fmt(value: float) -> str:
     return "-" if not math.isfinite(value) else f"{value:.4g}"
 
 
+def _value(value: float, why: str) -> str:
+    """A value as the tables print it: marked `(not comparable)` where the check could not measure in that
+    run (or a corrupting check failed: canary.export.report.grid.not_to_scale), as in summary.md."""
+    return marked(_fmt(value), why)
+
+
+def _why(store: HistoryStore, run_id: str, cell_id: str, check: str) -> str:
+    """Why a cell's numbers of a check in one run are not comparable ('' when they are)."""
+    return not_to_scale({c: v for (cell, c), v in store.checks_of(run_id).items() if cell == cell_id}, check)
+
+
 def cmd_history(args: argparse.Namespace, console: Console) -> int:
     """canary history import|show|changes."""
     settings = HistoryConfig()
@@ -131,7 +143,8 @@ def _show_cell(
     for index, point in enumerate(points, start=1):
         change = "" if previous is None or previous == 0 else f"{(point.value - previous) / abs(previous):+.1%}"
         mark = " change point" if point.run_id in change_runs else ""
-        table.add_row(str(index), point.run_id, point.image_ref, point.check_verdict, _fmt(point.value), change + mark)
+        value = _value(point.value, _why(store, point.run_id, cell_id, args.check))
+        table.add_row(str(index), point.run_id, point.image_ref, point.check_verdict, value, change + mark)
         if point.check_verdict in ("pass", "fail"):
             previous = point.value
     console.print(table)
@@ -152,8 +165,15 @@ def _show_metric(store: HistoryStore, args: argparse.Namespace, console: Console
     for index in range(1, len(runs) + 1):
         table.add_column(f"{index}", justify="right")
     values = {run.run_id: store.metrics_of(run.run_id) for run in runs}
+    checks = {run.run_id: store.checks_of(run.run_id) for run in runs}
     for cell_id in store.cell_ids():
-        row = [_fmt(values[r.run_id].get((cell_id, args.check, args.metric), math.nan)) for r in runs]
+        row = [
+            _value(
+                values[r.run_id].get((cell_id, args.check, args.metric), math.nan),
+                not_to_scale({c: v for (cell, c), v in checks[r.run_id].items() if cell == cell_id}, args.check),
+            )
+            for r in runs
+        ]
         if any(v != "-" for v in row):
             table.add_row(cell_id, *row)
     console.print(table)

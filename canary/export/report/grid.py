@@ -197,11 +197,30 @@ def accuracy_interval(result: CellResult) -> str:
     return text if questions is None else f"{text} n={questions:.0f}"
 
 
-def cell_value(result: CellResult, column: Column) -> str:
-    """A details-table entry for people."""
+def cell_value(result: CellResult, column: Column, short: bool = False) -> str:
+    """A details-table entry for people, marked when it is not comparable (not_to_scale; `short`: the
+    terminal's mark, NOT_COMPARABLE_SHORT, which its table's title explains)."""
     if column.unit == ACCURACY:
-        return accuracy_interval(result)
-    return fmt(number(result, column.check, column.key), column.unit)
+        text = accuracy_interval(result)
+    else:
+        text = fmt(number(result, column.check, column.key), column.unit)
+    return marked(text, not_to_scale(check_verdicts(result), column.check), short)
+
+
+NOT_COMPARABLE = "not comparable"
+NOT_COMPARABLE_SHORT = "n/c"
+NOT_COMPARABLE_WHY = (
+    "the check that measured it could not measure (invalid, error), or a check that found wrong outputs or KV "
+    "failed on the cell: no measurement of the engine, never compared"
+)
+
+
+def marked(text: str, why: str, short: bool = False) -> str:
+    """A number as every view prints it: `3.35 (not comparable)` (short: `3.35 (n/c)`) when `why`
+    (not_to_scale) says it is not comparable, else as it is ('-', nothing measured, stays '-')."""
+    if not why or text == "-":
+        return text
+    return f"{text} ({NOT_COMPARABLE_SHORT if short else NOT_COMPARABLE})"
 
 
 def anchor(cell_id: str) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 from canary.core.metric_keys import PD_TIME_TERMS
 from canary.core.svg import Segment, StackedBar, stacked_hbar_chart
+from canary.export.report.grid import NOT_COMPARABLE, check_verdicts, not_to_scale
 from canary.judge.results import CellResult, RunResult
 
 TERM_COLORS: dict[str, str] = {
@@ -40,6 +41,13 @@ def _pd_time(result: CellResult) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
+def _label(result: CellResult) -> str:
+    """The cell's name in the section: its id, and why its times are not comparable where they are not
+    (its throughput measurement was invalid, or a corrupting check failed: canary.export.report.grid)."""
+    why = not_to_scale(check_verdicts(result), "throughput")
+    return f"{result.cell.id} ({NOT_COMPARABLE}: {why})" if why else result.cell.id
+
+
 def _legend(terms: list[str]) -> str:
     return (
         "<p class='legend'>"
@@ -62,7 +70,7 @@ def _table(rows: list[tuple[CellResult, dict[str, Any]]]) -> str:
         )
         joined = f"{found.get('joined', 0)} of {found.get('requests', 0)}"
         body.append(
-            f"<tr><td>{escape(result.cell.id)}</td><td class='num'>{joined}</td>"
+            f"<tr><td>{escape(_label(result))}</td><td class='num'>{joined}</td>"
             f"<td class='num'>{found.get('recomputed', 0)}</td>{cells}</tr>"
         )
     return (
@@ -85,8 +93,8 @@ def pd_time_section(run: RunResult) -> str:
         segments = tuple(Segment(t, float(stats[t]["p50"]), TERM_COLORS[t]) for t in ttft_terms if t in stats)
         total = sum(s.value for s in segments)
         words = ", ".join(f"{s.name} {s.value:.1f}" for s in segments)
-        tip = f"{result.cell.id}: TTFT terms' medians sum to {total:.1f} ms ({words})"
-        bars.append(StackedBar(result.cell.id, segments, tip))
+        tip = f"{_label(result)}: TTFT terms' medians sum to {total:.1f} ms ({words})"
+        bars.append(StackedBar(_label(result), segments, tip))
     parts = [
         "<p class='note'>Each P/D cell's measured requests, joined by request id across the client, the router "
         "and both engines (the engines' timing recorder); each bar stacks the median of each term of the time to "

@@ -12,7 +12,15 @@ from rich.text import Text
 
 from canary.checks.base import check_order
 from canary.core.words import cut
-from canary.export.report.grid import DETAIL_COLUMNS, Section, cell_value, sections
+from canary.export.report.grid import (
+    DETAIL_COLUMNS,
+    NOT_COMPARABLE,
+    NOT_COMPARABLE_SHORT,
+    NOT_COMPARABLE_WHY,
+    Section,
+    cell_value,
+    sections,
+)
 from canary.export.report.outcome import headline
 from canary.judge.results import RunResult
 from canary.judge.verdicts import OUTCOME_RICH_STYLE, SEVERITY_ORDER, VERDICT_RICH_STYLE
@@ -140,8 +148,11 @@ def cell_rows(run: RunResult) -> FittedTable:
 def number_rows(run: RunResult) -> FittedTable:
     """The measured numbers per cell (time to ready, load, accuracy, parity, NIXL bytes)."""
     columns = [("cell", tuple(r.cell.id for r in run.cells))]
-    columns += [(c.header, tuple(cell_value(r, c) for r in run.cells)) for c in DETAIL_COLUMNS]
-    return FittedTable(title="numbers", columns=tuple(columns), right=frozenset(c.header for c in DETAIL_COLUMNS))
+    columns += [(c.header, tuple(cell_value(r, c, short=True) for r in run.cells)) for c in DETAIL_COLUMNS]
+    title = "numbers"
+    if any(f"({NOT_COMPARABLE_SHORT})" in v for _, values in columns for v in values):
+        title += f" ({NOT_COMPARABLE_SHORT}: {NOT_COMPARABLE}: {NOT_COMPARABLE_WHY})"
+    return FittedTable(title=title, columns=tuple(columns), right=frozenset(c.header for c in DETAIL_COLUMNS))
 
 
 def render_grid(run: RunResult) -> Group:

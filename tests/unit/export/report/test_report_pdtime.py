@@ -9,6 +9,7 @@ from html import escape
 from canary.core.metric_keys import PD_TIME_TERMS
 from canary.core.svg import PALETTE
 from canary.export.report import html
+from canary.export.report.grid import check_verdicts, not_to_scale
 from canary.export.report.pdtime import TERM_COLORS, TERM_WORDS, pd_time_section
 from canary.judge.results import CellResult, RunResult
 from canary.judge.verdicts import OUTCOME_COLOR, VERDICT_COLOR
@@ -34,12 +35,17 @@ def test_each_pd_cell_gets_a_stacked_bar_of_its_ttft_terms() -> None:
     page = html.render(run)
     section = page.split("<h2 id='pd-time'>Where P/D time goes</h2>", 1)[1].split("<h2>", 1)[0]
     (svg,) = re.findall(r"<svg.*?</svg>", section, re.S)
+    marked = 0
     for cell in cells:
         stats = _cell(run, cell).check("throughput").evidence["pd_time"]["stats_ms"]  # type: ignore[union-attr]
+        why = not_to_scale(check_verdicts(_cell(run, cell)), "throughput")
+        label = f"{cell} (not comparable: {why})" if why else cell  # an invalid or corrupted cell's times say so
+        marked += bool(why)
         for term in PD_TIME_TERMS[:-1]:  # the TTFT terms, left to right; decode only in the table
-            assert f"<title>{cell} {term}: {float(stats[term]['p50']):.3g} ms</title>" in svg
+            assert f"<title>{escape(label)} {term}: {float(stats[term]['p50']):.3g} ms</title>" in svg
             assert f"fill='{TERM_COLORS[term]}'" in svg
-        assert f"<td>{cell}</td>" in section
+        assert f"<td>{escape(label)}</td>" in section
+    assert 0 < marked < len(cells)  # the sample has both
     assert f"fill='{TERM_COLORS['decode']}'" not in svg
     assert all(escape(TERM_WORDS[t]) in section for t in PD_TIME_TERMS[:-1])  # the legend
 
