@@ -1,5 +1,5 @@
-"""Writers of a run's reports into results/<run-id>/: results.json, junit.xml, summary.md and
-summary.html; `latest` points at the newest run.
+"""Writers of a run's reports into results/<run-id>/: results.json, requests.jsonl and requests.csv (every
+request of the load runs), junit.xml, summary.md and summary.html; `latest` points at the newest run.
 
 Reports never import canary.export.prometheus.publish (nor the reverse): the orchestration (canary.run.orchestrate)
 writes the run's Prometheus textfile beside them."""
@@ -42,15 +42,17 @@ def write_all(
 ) -> list[Path]:
     """Write every report of a run; returns the paths written.
 
-    results.json first (the source of truth; the others are views of it). junit/html follow the
+    results.json first (the source of truth; the others are views of it), then every request of the load
+    runs as requests.jsonl and requests.csv (canary.export.report.request_export). junit/html follow the
     config's export.junit / export.html. summary.md and summary.html compare the run with its
     history when `trends` are given (canary.export.report.trends.load_trends), else say "no previous run".
     """
     from canary.export.report.html import write_html
     from canary.export.report.junit import write_junit
     from canary.export.report.markdown import write_markdown
+    from canary.export.report.request_export import write_requests
 
-    written = [write_json(run, run_dir)]
+    written = [write_json(run, run_dir), *write_requests(run, run_dir)]
     if junit:
         written.append(write_junit(run, run_dir))
     written.append(write_markdown(run, run_dir, trends))

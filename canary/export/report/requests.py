@@ -71,23 +71,30 @@ def _resolve(raw: str, run_dir: Path) -> Path | None:
     return path if path.is_file() else None
 
 
-def cell_requests(result: CellResult, run_dir: Path) -> Requests | None:
-    """The measured requests of a cell's load runs (every repeat), or None when none was recorded."""
+def recorded_runs(result: CellResult, run_dir: Path) -> list[tuple[int, list[Sample]]]:
+    """(repeat, every recorded request, warm-ups included) of each of a cell's load runs whose file is
+    there and readable; [] when none was recorded."""
     check = result.check("throughput")
     runs = check.evidence.get("runs") if check is not None else None
     if not isinstance(runs, list):
-        return None
-    samples: list[Sample] = []
-    for run in runs:
+        return []
+    out: list[tuple[int, list[Sample]]] = []
+    for repeat, run in enumerate(runs, start=1):
         raw = run.get("raw") if isinstance(run, dict) else None
         path = _resolve(str(raw), run_dir) if raw else None
         if path is None:
             continue
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            samples += [Sample.from_json(s) for s in data.get("samples", []) if not s.get("warmup")]
+            out.append((repeat, [Sample.from_json(s) for s in data.get("samples", [])]))
         except (OSError, ValueError, TypeError):
             continue  # an unreadable file: no samples from it, the report still renders
+    return out
+
+
+def cell_requests(result: CellResult, run_dir: Path) -> Requests | None:
+    """The measured requests of a cell's load runs (every repeat), or None when none was recorded."""
+    samples = [s for _, run in recorded_runs(result, run_dir) for s in run if not s.warmup]
     return Requests(sorted(samples, key=lambda s: s.sent_at)) if samples else None
 
 
