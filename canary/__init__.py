@@ -11,7 +11,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("canary", "canary.errors", "canary.paths")),
     ("core", ("canary.core",)),
     ("sources", ("canary.vllm_source", "canary.model", "canary.images")),
-    ("config", ("canary.config", "canary.checks.*.settings")),
+    ("config", ("canary.config", "canary.checks.*.settings", "canary.load.workloads.*.settings")),
     ("plan", ("canary.plan",)),
     ("load", ("canary.load",)),
     ("judge", ("canary.judge",)),

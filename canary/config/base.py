@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -30,3 +31,17 @@ class CheckSection:
 
     model: type[Strict]
     description: str
+
+
+@dataclass(frozen=True)
+class WorkloadSection:
+    """A workload kind's fields of `checks.throughput.workload`: what its folder's `settings.py` declares as
+    `WORKLOAD` (the kind is the folder's name; canary.config.workloads assembles WorkloadShape from every one)."""
+
+    model: type[Strict]
+    description: str
+    """`<kind>: what its requests look like`, a clause of the `kind` field's description."""
+    order: int = 100
+    """Its place in the `kind` description and among WorkloadShape's fields (the default, synthetic, is 0)."""
+    problem: Callable[[Any], str | None] | None = None
+    """Why a shape of this kind is invalid (None: it is valid), checked when the config loads."""

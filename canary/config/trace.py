@@ -1,4 +1,4 @@
-"""Mooncake-format request traces: parse and check one (the trace workload, canary/load/shapes.py).
+"""Mooncake-format request traces: parse and check one (the trace workload, canary/load/workloads/trace/).
 
 One JSON object a line: `timestamp` (ms), `input_length`, `output_length` (tokens) and optional
 `hash_ids` (ids of prompt blocks; equal ids, equal blocks). Blank lines are skipped. The config loader

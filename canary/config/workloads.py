@@ -1,70 +1,85 @@
-"""Named load workloads: the shape of the requests a load run sends, beyond fixed synthetic lengths.
+"""Named load workloads: the shape of the requests a load run sends, assembled from the workload kinds.
 
-One model, used by the throughput check's config (checks.throughput.workload) and by the load
-client's WorkloadSpec (canary.load.workload), so both read the same fields. The request plans are
-built in canary/load/shapes.py; docs/methodology/throughput.md ("Workloads") explains each kind.
+A kind is a folder `canary/load/workloads/<kind>/`: its `settings.py` declares its fields (`WORKLOAD`,
+in the config layer like a check's settings) beside its `requests.py` (the generator, registered with
+canary.load.shapes). WorkloadShape is one flat model, `kind` plus every kind's fields (a config sets
+those of its kind), used by the throughput check's config (checks.throughput.workload) and by the load
+client's WorkloadSpec (canary.load.workload); docs/methodology/throughput.md ("Workloads") explains
+each kind. mypy sees the built-in kinds' fields (the `TYPE_CHECKING` class); a kind added later reads
+its own with `getattr`.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import importlib
+import pkgutil
+from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, create_model, model_validator
 
-from canary.config.base import PositiveInt, Strict
+from canary.config.base import Strict, WorkloadSection
 
-WorkloadKind = Literal["synthetic", "shared_prefix", "multi_turn", "block_residues", "trace"]
+if TYPE_CHECKING:
+    from canary.load.workloads.block_residues.settings import BlockResiduesSettings
+    from canary.load.workloads.multi_turn.settings import MultiTurnSettings
+    from canary.load.workloads.shared_prefix.settings import SharedPrefixSettings
+    from canary.load.workloads.trace.settings import TraceSettings
+
+WORKLOADS_PACKAGE = "canary.load.workloads"
+"""The package whose sub-packages are the workload kinds."""
 
 
-class WorkloadShape(Strict):
-    """What each request of a load run looks like (seeded: the same seed gives the same requests)."""
+def workload_folders() -> list[str]:
+    """The workload kinds' folder names, sorted: the sub-packages on canary.load.workloads' path."""
+    package = importlib.import_module(WORKLOADS_PACKAGE)
+    return sorted(info.name for info in pkgutil.iter_modules(package.__path__) if info.ispkg)
 
-    kind: WorkloadKind = Field(
-        "synthetic",
-        description="synthetic: fresh prompts of prompt_tokens (length_distribution); shared_prefix: prefix_groups "
-        "groups, each a common prefix of prefix_tokens then a fresh suffix of prompt_tokens, requests interleaved "
-        "across groups; multi_turn: conversations of `turns` turns, each turn's prompt the previous prompt, the "
-        "previous output's length in stand-in tokens and prompt_tokens new ones, each sent after the previous one "
-        "finished (open loop: conversations start on the schedule, request_rate conversations/s); "
-        "block_residues: prompt lengths k*B-1, k*B, k*B+1 for every B in block_sizes and k in block_multiples, in "
-        "turn; trace: replay trace_path (Mooncake JSONL: timestamp ms, input_length, output_length, hash_ids).",
-    )
-    prefix_groups: PositiveInt = Field(4, description="shared_prefix: number of groups (distinct prefixes).")
-    prefix_tokens: PositiveInt = Field(256, description="shared_prefix: tokens of each group's common prefix.")
-    turns: int = Field(3, ge=2, description="multi_turn: turns per conversation.")
-    think_time_s: float = Field(
-        0.0,
-        ge=0,
-        description="multi_turn, open loop: mean think time (exponential, seeded) between a turn's end and the "
-        "conversation's next turn; 0: none. The closed loop sends the next turn at once.",
-    )
-    block_sizes: list[PositiveInt] | None = Field(
-        None,
-        min_length=1,
-        description="block_residues: KV block sizes B in tokens. None: the cell's own, filled in by the throughput "
-        "check: its logical block(s) (prefill and decode) and its kernel block(s), as the engine reported them at "
-        "startup where it did, else as the catalog / config declares them.",
-    )
-    block_multiples: list[PositiveInt] = Field(
-        [1, 2], min_length=1, description="block_residues: the k of the lengths k*B-1, k*B and k*B+1."
-    )
-    trace_path: str | None = Field(
-        None,
-        description="trace: the Mooncake-format JSONL file (one request a line; relative: from the working "
-        "directory), read when the config loads; every worker of a distributed run reads it at this path.",
-    )
-    trace_time_scale: float = Field(
-        1.0, gt=0, description="trace: multiplies the trace's arrival offsets (0.5: twice as fast)."
-    )
-    trace_block_tokens: PositiveInt = Field(
-        512, description="trace: tokens per hash id (Mooncake: 512); equal ids get equal token blocks."
-    )
+
+def discover() -> dict[str, WorkloadSection]:
+    """Every kind's declaration (`WORKLOAD` of its `settings.py`), by kind, in their declared order."""
+    kinds: dict[str, WorkloadSection] = {}
+    for name in workload_folders():
+        module = importlib.import_module(f"{WORKLOADS_PACKAGE}.{name}.settings")
+        section = getattr(module, "WORKLOAD", None)
+        if not isinstance(section, WorkloadSection):
+            raise TypeError(f"{module.__name__} must declare WORKLOAD = WorkloadSection(<fields model>, <description>)")
+        kinds[name] = section
+    return dict(sorted(kinds.items(), key=lambda item: (item[1].order, item[0])))
+
+
+KINDS: dict[str, WorkloadSection] = discover()
+KIND_DESCRIPTION = "; ".join(section.description for section in KINDS.values()) + "."
+
+
+class _Kind(Strict):
+    """The kind of a shape, and the check its kind declares."""
+
+    kind: str = Field("synthetic", description=KIND_DESCRIPTION)
 
     @model_validator(mode="after")
-    def _trace_has_a_file(self) -> WorkloadShape:
-        if self.kind == "trace" and not self.trace_path:
-            raise ValueError("workload kind trace needs trace_path")
+    def _kind_problem(self) -> _Kind:
+        problem = KINDS[self.kind].problem
+        message = problem(self) if problem is not None else None
+        if message:
+            raise ValueError(message)
         return self
+
+
+if TYPE_CHECKING:
+
+    class WorkloadShape(SharedPrefixSettings, MultiTurnSettings, BlockResiduesSettings, TraceSettings, _Kind):
+        """What each request of a load run looks like (seeded: the same seed gives the same requests)."""
+
+    WorkloadKind = str
+else:
+    WorkloadKind = Literal[tuple(KINDS)]
+    WorkloadShape = create_model(
+        "WorkloadShape",
+        __base__=(*(section.model for section in reversed(KINDS.values())), _Kind),
+        __module__=__name__,
+        __doc__="What each request of a load run looks like (seeded: the same seed gives the same requests).",
+        kind=(WorkloadKind, Field("synthetic", description=KIND_DESCRIPTION)),
+    )
 
 
 def arrival_problem(shape: WorkloadShape, open_loop: bool, request_rate: float | None) -> str | None:

@@ -25,9 +25,9 @@ from typing import IO, Any
 
 from canary.config.trace import TraceError
 from canary.load.material import WORDS
-from canary.load.shapes import check_trace
 from canary.load.stats import ClientHealth, Sample, Slo, client_problems, error_counts, schedule_problems, summarize
 from canary.load.workload import WorkloadSpec
+from canary.load.workloads.trace.requests import check_trace
 
 SUBPROCESS_GRACE_S = 240.0
 POOL_TEXT_WORDS = 400

@@ -167,6 +167,16 @@ def test_the_checks_package_imports_nothing() -> None:
     assert GRAPH["canary.checks"] == set()
 
 
+def test_a_workload_kinds_settings_sit_in_the_config_layer_and_its_package_imports_nothing() -> None:
+    config = layer_of("canary.config")
+    settings = [m for m in MODULES if covers("canary.load.workloads.*.settings", m)]
+    assert "canary.load.workloads.trace.settings" in settings
+    assert {layer_of(m) for m in settings} == {config}
+    assert layer_of("canary.load.workloads.trace.requests") == layer_of("canary.load")
+    assert not [m for m in settings for t in GRAPH[m] if layer_of(t) > config]
+    assert GRAPH["canary.load.workloads"] == set() and GRAPH["canary.load"] == set()
+
+
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []

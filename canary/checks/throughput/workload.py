@@ -26,7 +26,7 @@ from canary.checks.startup.check import reported_kernel_block
 from canary.config import ThroughputCheckConfig
 from canary.config.workloads import WorkloadShape
 from canary.core.digest import file_sha256
-from canary.load.shapes import residue_lengths
+from canary.load.workloads.block_residues.requests import residue_lengths
 
 CELL = "cell"
 CONFIG = "config"

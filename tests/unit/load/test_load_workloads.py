@@ -1,4 +1,4 @@
-"""Named workloads (canary/load/shapes.py): seeded plans, exact lengths, shared prefixes, residues, traces."""
+"""Named workloads (canary/load/workloads/<kind>/): seeded plans, exact lengths, shared prefixes, residues, traces."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from canary.checks.throughput.check import build_spec
 from canary.config import ThroughputCheckConfig
 from canary.config.trace import TraceError, load_trace
 from canary.load.schedule import schedule
-from canary.load.shapes import residue_lengths
 from canary.load.workload import PlannedRequest, WorkloadSpec, build_plan, share_of_plan
+from canary.load.workloads.block_residues.requests import residue_lengths
 from canary.plan.cell import Cell
 from canary.targets.base import Deployment
 

@@ -1,0 +1,1 @@
+"""The multi_turn workload: its settings (settings.py) beside its requests (requests.py)."""

@@ -1,0 +1,1 @@
+"""The shared_prefix workload: its settings (settings.py) beside its requests (requests.py)."""

@@ -1,0 +1,1 @@
+"""The synthetic workload (the default): fresh prompts of prompt_tokens, lengths from length_distribution."""

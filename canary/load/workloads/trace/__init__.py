@@ -1,0 +1,1 @@
+"""The trace workload: its settings (settings.py) beside its requests (requests.py)."""
