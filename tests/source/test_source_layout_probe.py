@@ -8,6 +8,7 @@ import ast
 
 import pytest
 
+from canary.checks.startup.kv_groups import SHARED_REGION_GROUP
 from canary.targets.engine_site.layout_probe import HOOKS, RUNNER_V1, RUNNER_V2
 from canary.vllm_source.facts import class_fields, method
 from canary.vllm_source.tree import SourceTree
@@ -85,6 +86,7 @@ def test_what_the_probe_reads_per_group_and_per_nixl_region(tree: SourceTree) ->
             f"{tree.label}: {name} is gone (spec_kind reads its name)"
         )
     text = tree.read(NIXL_BASE_PATH)
+    assert f"_SHARED_REGION_GROUP_ID = {SHARED_REGION_GROUP}" in text, f"{tree.label}: the shared region's group id"
     for name in NIXL_REGION_LISTS:
         assert f"self.{name}" in text, f"{tree.label}: {NIXL_BASE_PATH} no longer keeps self.{name}"
 

@@ -11,6 +11,10 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+SHARED_REGION_GROUP = -1
+"""A NIXL region every KV cache group uses (vLLM's _SHARED_REGION_GROUP_ID in nixl/base_worker.py: the hybrid
+manager packs every group's layers into one tensor), pinned by tests/source/test_source_layout_probe.py."""
+
 
 def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -18,7 +22,8 @@ def _int(value: object) -> int | None:
 
 def group_summaries(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One entry per KV cache group: id, kind, window, logical and kernel block, storage block, page bytes,
-    layers, and how many NIXL regions belong to it (None: the probe recorded no regions)."""
+    layers, how many NIXL regions belong to it alone and how many it shares with every group (None: the
+    probe recorded no regions)."""
     groups = record.get("kv_cache_groups") or []
     nixl = record.get("nixl") or {}
     regions = nixl.get("regions") if isinstance(nixl, Mapping) else None
@@ -43,13 +48,15 @@ def group_summaries(record: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "page_size_bytes": _int(group.get("page_size_bytes")),
                 "num_layers": _int(group.get("num_layers")),
                 "nixl_regions": None if per_group is None else per_group.get(group_id, 0),
+                "nixl_shared_regions": None if per_group is None else per_group.get(SHARED_REGION_GROUP, 0),
             }
         )
     return out
 
 
 def group_text(group: Mapping[str, Any]) -> str:
-    """'sliding64 128/128 x1' (kind, window, logical/kernel block, NIXL regions): one group in a report."""
+    """'sliding64 128/128 x1' (kind, window, logical/kernel block, NIXL regions of its own; '+1 shared' the
+    regions every group shares): one group in a report."""
     kind = str(group.get("kind") or "?")
     if group.get("sliding_window"):
         kind += str(group["sliding_window"])
@@ -60,4 +67,6 @@ def group_text(group: Mapping[str, Any]) -> str:
         text += f" store {group['storage_block_size']}"
     if group.get("nixl_regions") is not None:
         text += f" x{group['nixl_regions']}"
+    if group.get("nixl_shared_regions"):
+        text += f"+{group['nixl_shared_regions']} shared"
     return text

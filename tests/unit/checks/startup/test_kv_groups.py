@@ -34,6 +34,14 @@ def test_each_group_keeps_its_kind_window_block_and_regions() -> None:
     assert group_text({"kind": "mla", "logical_block_size": 16, "kernel_block_size": 16}) == "mla 16/16"
 
 
+def test_a_region_every_group_shares_counts_for_each_group() -> None:
+    """Measured (tiny Gemma-3 P/D, block 256): one NIXL region with group id -1 holds all four groups."""
+    record = _gemma_record()
+    record["nixl"]["regions"] = [{"group_id": -1, "num_blocks": 16384, "mem_type": "DRAM", "name": "layers.0"}]
+    texts = [group_text(g) for g in group_summaries(record)]
+    assert texts == ["sliding64 128/128 x0+1 shared"] * 3 + ["full 128/128 x0+1 shared"]
+
+
 def test_the_report_lists_every_group_of_a_hybrid_engine() -> None:
     config = load_config(REPO_ROOT / "configs/cpu-families.yaml", [])
     cell = next(c for c in plan(config).planned() if c.model == "gemma3" and c.topology == "pd-nixl")
