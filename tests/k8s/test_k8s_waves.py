@@ -189,6 +189,19 @@ class SamplingDeployer(WaveDeployer):
         return status
 
 
+@pytest.fixture(autouse=True)
+def startup_stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one enabled check (a config must judge something) is stood in: the cells' Services do not
+    resolve outside a cluster, and the orchestration is under test, not the startup check."""
+    import canary.run.runner
+    from canary.judge.results import CheckResult
+
+    def startup(ctx: Any) -> CheckResult:
+        return CheckResult(name="startup", verdict="pass", summary="stand-in: the pods are Ready in kmock")
+
+    monkeypatch.setattr(canary.run.runner, "registered", lambda: {"startup": startup})
+
+
 @pytest.fixture()
 def cluster() -> Iterator[Cluster]:
     with kmock_cluster() as running:
