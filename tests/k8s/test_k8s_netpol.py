@@ -196,3 +196,23 @@ def test_the_evaluator_follows_the_api_semantics() -> None:
     }
     assert selector_matches(expr, {"k": "1"}) and not selector_matches(expr, {"k": "1", "r": "x"})
     assert not selector_matches(expr, {"r": "y"})
+
+
+def test_a_multi_node_group_reaches_its_own_members_only(helm_home: Path) -> None:
+    """LeaderWorkerSet cells (Ray across nodes): leader and workers of one cell reach each other on
+    any port; a member of the other cell does not."""
+    docs = render("vllm-pd", helm_home, [CHARTS / "vllm-pd" / "ci" / "multinode-rdma-values.yaml"], namespace=NS)
+    policies = by_kind(docs, "NetworkPolicy")
+    members: dict[str, list[Pod]] = {}
+    for name, meta, spec in pod_specs(docs):
+        labels = {k: str(v) for k, v in (meta.get("labels") or {}).items()}
+        if labels.get("canary.vllm.dev/role") in ("prefill", "decode", "aggregated"):
+            ports = {p["name"]: int(p["containerPort"]) for c in spec["containers"] for p in c.get("ports") or []}
+            members.setdefault(labels["canary.vllm.dev/cell"], []).append(Pod(name, NS, labels, ports))
+    assert len(members) == 2 and all(len(group) >= 2 for group in members.values()), members
+    (cell_a, group_a), (_, group_b) = sorted(members.items())
+    for source in group_a:
+        for destination in group_a:
+            assert admitted(policies, source, destination, 6379), f"{source.name} -> {destination.name}"
+        for destination in group_b:
+            assert not admitted(policies, source, destination, 6379), f"{cell_a}: {source.name} -> {destination.name}"
