@@ -192,3 +192,40 @@ def test_a_live_lease_is_not_stale_while_renewed(cluster: Cluster, tmp_path: Pat
             with pytest.raises(LeaseHeld):
                 deployer(cluster, config, "run-b").lease.acquire()
     assert first.lease.lost is None
+
+
+def test_a_run_that_lost_its_lease_starts_no_wave_and_leaves_the_new_holders_lease(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A holder paused past its lease (its renewals stopped) finds another run holding it: its renewal
+    thread records the loss, it creates no further wave, and it does not delete the new holder's lease."""
+    import time
+
+    from canary.targets.kubernetes.waves import WaveError
+
+    config = config_for(tmp_path, lease_wait_s=0, lease_duration_s=3)
+    cells = plan(config).planned()
+    first = deployer(cluster, config, "run-a")
+    with first.lease.held():  # renews every second
+        now = datetime.now(UTC)
+        taker = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": lease_name(RELEASE), "namespace": NAMESPACE, "labels": {LABEL_RUN: "run-b"}},
+            "spec": {
+                "holderIdentity": "run-b@controller-1",
+                "leaseDurationSeconds": 3,
+                "acquireTime": format_time(now),
+                "renewTime": format_time(now + timedelta(hours=1)),
+                "leaseTransitions": 1,
+            },
+        }
+        cluster.kmock.put(LEASES, NAMESPACE, taker)
+        deadline = time.monotonic() + 10
+        while first.lease.lost is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert first.lease.lost is not None and "run-b@controller-1" in first.lease.lost
+        with pytest.raises(WaveError, match="run lease lost"):
+            first.wave(cells[:1]).__enter__()
+        assert cluster.deployments() == []
+    assert lease_of(cluster)["spec"]["holderIdentity"] == "run-b@controller-1"  # type: ignore[index]
