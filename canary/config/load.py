@@ -98,6 +98,7 @@ def validate_config(data: Any, source: str) -> CanaryConfig:
 def load_config(path: str | Path, overrides: list[str] | None = None) -> CanaryConfig:
     """Read a YAML config file, apply `--set` overrides, validate."""
     source = str(path)
+    path = project_file(Path(path))
     if not Path(path).is_file():
         raise ConfigError(source, "", missing_config(Path(path)))
     data = read_yaml(Path(path))
@@ -111,6 +112,14 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> CanaryC
         return validate_config(data, source)
     except ConfigError as exc:
         raise blame_overrides(exc, overrides or [], in_file) from None
+
+
+def project_file(path: Path) -> Path:
+    """A relative path that is not here but is one of the project's files (configs/cpu-default.yaml run from
+    another directory, or from an installed wheel: canary.paths.REPO_ROOT), else the path as given."""
+    if path.is_absolute() or path.exists() or not (REPO_ROOT / path).is_file():
+        return path
+    return REPO_ROOT / path
 
 
 def matrix_configs(directory: Path = CONFIGS_DIR) -> list[Path]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from canary.config import CanaryConfig
 from canary.images.patchseries import read_series, series_hash
 from canary.images.table import cpu_engine_ref, is_image_reference, router_ref
-from canary.paths import REPO_ROOT
+from canary.paths import PACKAGE_DIR, REPO_ROOT
 from canary.targets.container_cli import SOURCE_HASH_LABEL, ContainerCli, ContainerError
 from canary.targets.engine_plan import as_absolute
 
@@ -133,7 +133,7 @@ class ContainerImages:
             if series.name != "series":
                 shutil.copy(series, context / "series" / "series")
             shutil.copy(REPO_ROOT / "docker" / "apply-series.sh", context / "apply-series.sh")
-            shutil.copy(REPO_ROOT / "canary" / "images" / "patchseries.py", context / "patchseries.py")
+            shutil.copy(PACKAGE_DIR / "images" / "patchseries.py", context / "patchseries.py")
             (context / "Containerfile").write_text(DERIVED_CONTAINERFILE, encoding="utf-8")
             cli.build(
                 context,

