@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from canary.checks.estimate import checks_by_cell
-from canary.checks.estimate import checks_by_cell
 from canary.config import CanaryConfig
 from canary.plan.matrix import Plan
 from canary.plan.rotation import load_state
