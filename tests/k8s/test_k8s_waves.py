@@ -448,6 +448,7 @@ def test_the_chart_ci_waves_config_is_a_valid_plan_inside_its_deadline(tmp_path:
     cells_values = yaml.safe_load(configmap["data"]["vllm-pd-values.yaml"])
     # the cells' NetworkPolicies admit the controller from its namespace (tests/k8s/test_k8s_netpol.py)
     assert cells_values.pop("networkPolicy") == {"controller": {"namespace": "vllm-canary"}}
+    assert cells_values.pop("modelCache") == {"enabled": True, "existingClaim": "t-canary-model-cache"}  # kept claim
     assert cells_values == values["vllmPdValues"]
 
 
