@@ -30,6 +30,7 @@ from promhelpers import (
     yaml_rules,
 )
 
+from canary.checks.throughput import exported as throughput_exported
 from canary.export.history.tracked import TRACKED
 from canary.export.prometheus import schema as s
 from canary.export.prometheus.alerts import normalized
@@ -152,7 +153,7 @@ def test_every_dashboard_panel_query_returns_its_series(prom_stack: PromStack, p
             return
     if "unless on" in expr:  # the candidate/baseline ratio: candidate cells with a baseline twin
         baseline = pushed.run.baseline_image
-        tps = s.OUTPUT_TOKENS_PER_S.name
+        tps = throughput_exported.OUTPUT_TOKENS_PER_S.name
         want_cells = {x.labels["cell"] for x in pushed.samples if x.name == tps and x.labels["image"] != baseline}
     if limited or " and on " in expr or ">=" in expr:
         assert got_cells <= want_cells, f"{query.panel}: {expr}"

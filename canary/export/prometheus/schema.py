@@ -2,7 +2,9 @@
 
 Every exporter (Pushgateway, node-exporter textfile, `canary serve-metrics`), the Grafana
 dashboards (canary/export/prometheus/dashboards/) and the alert rules (configs/alerts/canary-rules.yaml, checked
-against this module by tests) use the names, help texts, units and labels below.
+against this module by tests) use the names, help texts, units and labels below: the cell and run
+metrics defined here, and every check's own (its folder's `exported.py`, declared with
+`register(metrics=...)`), which ``CHECK_METRICS`` reads from the check registry.
 
 All metrics are gauges: a run is a snapshot, and the whole run replaces the previous one.
 
@@ -48,8 +50,8 @@ verdict does not leave a second live series behind.
 
 Where the numbers come from
 ---------------------------
-Check results carry numbers in ``CheckResult.metrics`` under the keys of ``CHECK_METRIC_KEYS``:
-constants of ``canary.core.metric_keys``, which the checks write with (unit in the key: ``_s`` seconds,
+Check results carry numbers in ``CheckResult.metrics`` under the keys of ``CHECK_METRIC_KEYS``
+(each check's declared keys, most of them constants of ``canary.core.metric_keys``; unit in the key: ``_s`` seconds,
 ``_per_s`` per second, ratios in 0..1, bytes as counts; KL and logprobs in nats). A key that a
 check does not report produces no series; a NaN or infinite value produces none either.
 """
@@ -164,96 +166,6 @@ from canary.checks.parity.exported import (
 )
 from canary.checks.parity.exported import (
     PARITY_TOP1_AGREE_MIN as PARITY_TOP1_AGREE_MIN,
-)
-from canary.checks.startup.exported import (
-    STARTUP_SECONDS as STARTUP_SECONDS,
-)
-from canary.checks.throughput.exported import (
-    CAPACITY as CAPACITY,
-)
-from canary.checks.throughput.exported import (
-    CAPACITY_HIGH as CAPACITY_HIGH,
-)
-from canary.checks.throughput.exported import (
-    CAPACITY_LOW as CAPACITY_LOW,
-)
-from canary.checks.throughput.exported import (
-    CAPACITY_REQUESTS as CAPACITY_REQUESTS,
-)
-from canary.checks.throughput.exported import (
-    CAPACITY_SECONDS as CAPACITY_SECONDS,
-)
-from canary.checks.throughput.exported import (
-    DISAGG_ENGINE_SCALE as DISAGG_ENGINE_SCALE,
-)
-from canary.checks.throughput.exported import (
-    DISAGG_GAIN as DISAGG_GAIN,
-)
-from canary.checks.throughput.exported import (
-    DISAGG_GAIN_HIGH as DISAGG_GAIN_HIGH,
-)
-from canary.checks.throughput.exported import (
-    DISAGG_GAIN_LOW as DISAGG_GAIN_LOW,
-)
-from canary.checks.throughput.exported import (
-    GOODPUT_PER_S as GOODPUT_PER_S,
-)
-from canary.checks.throughput.exported import (
-    LATENCY as LATENCY,
-)
-from canary.checks.throughput.exported import (
-    LOAD_PARITY_FAILING as LOAD_PARITY_FAILING,
-)
-from canary.checks.throughput.exported import (
-    LOAD_PARITY_KL_OVER_FLOOR as LOAD_PARITY_KL_OVER_FLOOR,
-)
-from canary.checks.throughput.exported import (
-    LOAD_PARITY_MATCH as LOAD_PARITY_MATCH,
-)
-from canary.checks.throughput.exported import (
-    LOAD_PARITY_METRICS as LOAD_PARITY_METRICS,
-)
-from canary.checks.throughput.exported import (
-    LOAD_PARITY_NULL_SAMPLES as LOAD_PARITY_NULL_SAMPLES,
-)
-from canary.checks.throughput.exported import (
-    LOAD_PARITY_NULL_TOKEN_FLIPS as LOAD_PARITY_NULL_TOKEN_FLIPS,
-)
-from canary.checks.throughput.exported import (
-    LOAD_PARITY_SAMPLES as LOAD_PARITY_SAMPLES,
-)
-from canary.checks.throughput.exported import (
-    LOAD_PARITY_SECONDS as LOAD_PARITY_SECONDS,
-)
-from canary.checks.throughput.exported import (
-    LOAD_PARITY_STATUS as LOAD_PARITY_STATUS,
-)
-from canary.checks.throughput.exported import (
-    OUTPUT_TOKENS_PER_S as OUTPUT_TOKENS_PER_S,
-)
-from canary.checks.throughput.exported import (
-    PAIRED_RATIO as PAIRED_RATIO,
-)
-from canary.checks.throughput.exported import (
-    PAIRED_RATIO_HIGH as PAIRED_RATIO_HIGH,
-)
-from canary.checks.throughput.exported import (
-    PAIRED_RATIO_LOW as PAIRED_RATIO_LOW,
-)
-from canary.checks.throughput.exported import (
-    PD_TIME as PD_TIME,
-)
-from canary.checks.throughput.exported import (
-    PD_TIME_RECOMPUTED as PD_TIME_RECOMPUTED,
-)
-from canary.checks.throughput.exported import (
-    PD_TIME_REQUESTS as PD_TIME_REQUESTS,
-)
-from canary.checks.throughput.exported import (
-    PREFIX_CACHE_HIT as PREFIX_CACHE_HIT,
-)
-from canary.checks.throughput.exported import (
-    REQUESTS_PER_S as REQUESTS_PER_S,
 )
 from canary.core import metric_keys as k
 from canary.core.metric_spec import CELL_LABELS as CELL_LABELS

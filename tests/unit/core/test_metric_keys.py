@@ -26,6 +26,7 @@ from canary.checks.accuracy.sequential import evaluate_sequentially
 from canary.checks.base import CheckContext
 from canary.checks.kv_transfer.check import ZERO, read_counters, transfer_metrics
 from canary.checks.parity import check as parity
+from canary.checks.parity import exported as parity_exported
 from canary.checks.parity.check import judge_pd
 from canary.checks.parity.drift import judge_drift
 from canary.checks.parity.fidelity import Position, Series, compare
@@ -276,8 +277,8 @@ def test_every_exported_key_is_produced_by_its_check(produced: dict[str, set[str
 
 def test_every_parity_number_is_exported(produced: dict[str, set[str]]) -> None:
     assert produced["parity"] == set(s.CHECK_METRIC_KEYS["parity"])
-    names = {spec.name for spec, _ in s.PARITY_METRICS}
-    assert len(names) == len(s.PARITY_METRICS)  # one metric per key
+    names = {spec.name for spec, _ in parity_exported.PARITY_METRICS}
+    assert len(names) == len(parity_exported.PARITY_METRICS)  # one metric per key
 
 
 def test_every_latency_percentile_the_load_generator_reports_is_exported(produced: dict[str, set[str]]) -> None:

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from grafana_foundation_sdk.builders import table as gtable
 from grafana_foundation_sdk.models import dashboard as gmodel
 
+from canary.checks.parity import exported as parity_exported
+from canary.checks.throughput import exported as throughput_exported
 from canary.export.prometheus import schema as s
 from canary.export.prometheus.dashboards.base import (
     U_BLOCK,
@@ -85,8 +87,8 @@ def _breach_table() -> gtable.Panel:
         U_PROMPTS,
         (
             (breach, "prompts beyond the floor", U_PROMPTS),
-            (of_breach(s.PARITY_FIRST_DIVERGENT_BLOCK), "first divergent block", U_BLOCK),
-            (of_breach(s.PARITY_KL_OVER_FLOOR), "worst KL × threshold", U_OVER_THRESHOLD),
+            (of_breach(parity_exported.PARITY_FIRST_DIVERGENT_BLOCK), "first divergent block", U_BLOCK),
+            (of_breach(parity_exported.PARITY_KL_OVER_FLOOR), "worst KL × threshold", U_OVER_THRESHOLD),
         ),
         12,
         "prompts beyond the floor",
@@ -98,16 +100,16 @@ def _fidelity_table() -> gtable.Panel:
         return f"{spec.name}{selector()}"
 
     columns = (
-        (col(s.PARITY_FAILING_PROMPTS), "failing prompts", U_PROMPTS),
-        (col(s.PARITY_FIRST_DIVERGENT_BLOCK), "first divergent block", U_BLOCK),
-        (col(s.PARITY_EVIDENCE_PROMPTS), "evidence prompts", U_PROMPTS),
-        (col(s.PARITY_REJECTED_PROMPTS), "rejected as evidence", U_PROMPTS),
-        (col(s.PARITY_PROMPTS), "prompts", U_PROMPTS),
-        (col(s.PARITY_TOP1_AGREE_MIN), "top-1 agreement min", U_RATIO),
-        (col(s.PARITY_ABS_DLOGPROB_MAX), "max |dlogprob|", U_NATS),
-        (col(s.PARITY_NULL_ABS_DLOGPROB_MAX), "null floor |dlogprob|", U_NATS),
-        (col(s.PARITY_NULL_TOKEN_FLIPS), "null token flips", U_PROMPTS),
-        (col(s.PARITY_FIRST_DIFF), "first differing token", U_POSITION),
+        (col(parity_exported.PARITY_FAILING_PROMPTS), "failing prompts", U_PROMPTS),
+        (col(parity_exported.PARITY_FIRST_DIVERGENT_BLOCK), "first divergent block", U_BLOCK),
+        (col(parity_exported.PARITY_EVIDENCE_PROMPTS), "evidence prompts", U_PROMPTS),
+        (col(parity_exported.PARITY_REJECTED_PROMPTS), "rejected as evidence", U_PROMPTS),
+        (col(parity_exported.PARITY_PROMPTS), "prompts", U_PROMPTS),
+        (col(parity_exported.PARITY_TOP1_AGREE_MIN), "top-1 agreement min", U_RATIO),
+        (col(parity_exported.PARITY_ABS_DLOGPROB_MAX), "max |dlogprob|", U_NATS),
+        (col(parity_exported.PARITY_NULL_ABS_DLOGPROB_MAX), "null floor |dlogprob|", U_NATS),
+        (col(parity_exported.PARITY_NULL_TOKEN_FLIPS), "null token flips", U_PROMPTS),
+        (col(parity_exported.PARITY_FIRST_DIFF), "first differing token", U_POSITION),
     )
     return _instant_table(
         "KV fidelity now",
@@ -128,14 +130,14 @@ def _load_parity_table() -> gtable.Panel:
         return f"{spec.name}{selector()}"
 
     columns = (
-        (col(s.LOAD_PARITY_FAILING), "samples beyond the floor", U_PROMPTS),
-        (col(s.LOAD_PARITY_STATUS), "sub-verdict code", U_VERDICT),
-        (col(s.LOAD_PARITY_SAMPLES), "samples under load", U_PROMPTS),
-        (col(s.LOAD_PARITY_MATCH), "greedy tokens match", U_RATIO),
-        (col(s.LOAD_PARITY_KL_OVER_FLOOR), "worst KL × threshold", U_OVER_THRESHOLD),
-        (col(s.LOAD_PARITY_NULL_SAMPLES), "null samples under load", U_PROMPTS),
-        (col(s.LOAD_PARITY_NULL_TOKEN_FLIPS), "null token flips under load", U_PROMPTS),
-        (col(s.LOAD_PARITY_SECONDS), "seconds added", U_SECONDS),
+        (col(throughput_exported.LOAD_PARITY_FAILING), "samples beyond the floor", U_PROMPTS),
+        (col(throughput_exported.LOAD_PARITY_STATUS), "sub-verdict code", U_VERDICT),
+        (col(throughput_exported.LOAD_PARITY_SAMPLES), "samples under load", U_PROMPTS),
+        (col(throughput_exported.LOAD_PARITY_MATCH), "greedy tokens match", U_RATIO),
+        (col(throughput_exported.LOAD_PARITY_KL_OVER_FLOOR), "worst KL × threshold", U_OVER_THRESHOLD),
+        (col(throughput_exported.LOAD_PARITY_NULL_SAMPLES), "null samples under load", U_PROMPTS),
+        (col(throughput_exported.LOAD_PARITY_NULL_TOKEN_FLIPS), "null token flips under load", U_PROMPTS),
+        (col(throughput_exported.LOAD_PARITY_SECONDS), "seconds added", U_SECONDS),
     )
     return _instant_table(
         "KV fidelity under load",
@@ -159,11 +161,11 @@ def _drift_table() -> gtable.Panel:
 
     columns = (
         (drift, "failed drift gates", U_GATES),
-        (of_drift(s.PARITY_DRIFT_TOKEN_FLIPS), "prompts with other tokens", U_PROMPTS),
-        (of_drift(s.PARITY_DRIFT_PROMPTS), "prompts compared", U_PROMPTS),
-        (of_drift(s.PARITY_DRIFT_KL_MAX), "KL max", U_NATS),
-        (of_drift(s.PARITY_DRIFT_ABS_DLOGPROB_MAX), "max |dlogprob|", U_NATS),
-        (of_drift(s.PARITY_DRIFT_FIRST_DIFF), "first differing token", U_POSITION),
+        (of_drift(parity_exported.PARITY_DRIFT_TOKEN_FLIPS), "prompts with other tokens", U_PROMPTS),
+        (of_drift(parity_exported.PARITY_DRIFT_PROMPTS), "prompts compared", U_PROMPTS),
+        (of_drift(parity_exported.PARITY_DRIFT_KL_MAX), "KL max", U_NATS),
+        (of_drift(parity_exported.PARITY_DRIFT_ABS_DLOGPROB_MAX), "max |dlogprob|", U_NATS),
+        (of_drift(parity_exported.PARITY_DRIFT_FIRST_DIFF), "first differing token", U_POSITION),
     )
     return _instant_table(
         "Drifting candidate images: CanaryImageDrift",

@@ -9,6 +9,9 @@ from grafana_foundation_sdk.builders import dashboard as gdash
 from grafana_foundation_sdk.models import common as gcommon
 from grafana_foundation_sdk.models import dashboard as gmodel
 
+from canary.checks.kv_transfer import exported as kv_transfer_exported
+from canary.checks.parity import exported as parity_exported
+from canary.checks.startup import exported as startup_exported
 from canary.export.prometheus import alerts
 from canary.export.prometheus import schema as s
 from canary.export.prometheus.dashboards.base import (
@@ -251,7 +254,7 @@ def _startup_row(q: _Overview) -> Group:
                 f"The ${LIMIT_VAR} slowest cells: time from launch until every server of the cell (prefill and "
                 "decode for P/D) answered ready.",
                 U_SECONDS,
-                _query(top(f"{s.STARTUP_SECONDS.name}{selector()}"), "{{cell}}"),
+                _query(top(f"{startup_exported.STARTUP_SECONDS.name}{selector()}"), "{{cell}}"),
             ),
             _bars(
                 "Startup failures by class",
@@ -314,7 +317,7 @@ def _prefill_decode_row(q: _Overview) -> Group:
                     "while the checks ran. Red points (B): the cells the critical alert CanaryPDWithoutKVTransfer "
                     "fires for (its expression): no bytes at all, decode recomputed the prefill.",
                     U_BYTES,
-                    _query(top(f"{s.NIXL_BYTES.name}{pd_only}", worst="bottomk"), "{{cell}}"),
+                    _query(top(f"{kv_transfer_exported.NIXL_BYTES.name}{pd_only}", worst="bottomk"), "{{cell}}"),
                     _query(on_cells(no_kv), "{{cell}} alert", ref="B"),
                 ).override_by_query("B", _line("red")),
                 alerts.rule("CanaryPDWithoutKVTransfer").threshold,
@@ -326,7 +329,7 @@ def _prefill_decode_row(q: _Overview) -> Group:
                 f"The ${LIMIT_VAR} P/D cells whose decode server computed most of its prompt tokens itself instead of "
                 "receiving their KV over NIXL. 0%: P/D works; near 100%: decode did the prefill again.",
                 U_RATIO,
-                _query(top(f"{s.DECODE_RECOMPUTED.name}{pd_only}"), "{{cell}}"),
+                _query(top(f"{kv_transfer_exported.DECODE_RECOMPUTED.name}{pd_only}"), "{{cell}}"),
             )
             .min(0)
             .max(1),
@@ -336,7 +339,7 @@ def _prefill_decode_row(q: _Overview) -> Group:
                 "identical through P/D and through the aggregated control (100%: identical). "
                 + explain("evidence prompts"),
                 U_RATIO,
-                _query(top(f"{s.PARITY.name}{selector()}", worst="bottomk"), "{{cell}}"),
+                _query(top(f"{parity_exported.PARITY.name}{selector()}", worst="bottomk"), "{{cell}}"),
             )
             .min(0)
             .max(1),
@@ -357,8 +360,12 @@ def _kv_fidelity_parity_row(q: _Overview) -> Group:
                     "B the largest |delta logprob| of the generated token, each as a multiple of its gate's "
                     "threshold. " + explain("× threshold", "null floor", "KL"),
                     U_OVER_THRESHOLD,
-                    _query(top(f"{s.PARITY_KL_OVER_FLOOR.name}{pd_only}"), "{{cell}} KL"),
-                    _query(top(f"{s.PARITY_ABS_DLOGPROB_OVER_FLOOR.name}{pd_only}"), "{{cell}} |dlogprob|", ref="B"),
+                    _query(top(f"{parity_exported.PARITY_KL_OVER_FLOOR.name}{pd_only}"), "{{cell}} KL"),
+                    _query(
+                        top(f"{parity_exported.PARITY_ABS_DLOGPROB_OVER_FLOOR.name}{pd_only}"),
+                        "{{cell}} |dlogprob|",
+                        ref="B",
+                    ),
                 ).scale_distribution(gcommonb.ScaleDistributionConfig().type(gcommon.ScaleDistribution.LOG).log(10)),
                 OVER_FLOOR_LIMIT,
             ),
@@ -368,14 +375,14 @@ def _kv_fidelity_parity_row(q: _Overview) -> Group:
                 f"dashed (C): the ${LIMIT_VAR} largest null floors of the aggregated controls. "
                 + explain("KL", "null floor", "evidence prompts"),
                 U_NATS,
-                _query(top(f"{s.PARITY_KL_MAX.name}{pd_only}"), "{{cell}} max"),
+                _query(top(f"{parity_exported.PARITY_KL_MAX.name}{pd_only}"), "{{cell}} max"),
                 _query(
-                    f"{s.PARITY_KL_MEAN.name}{pd_only} and on (job, scope, cell) "
-                    + top(f"{s.PARITY_KL_MAX.name}{pd_only}"),
+                    f"{parity_exported.PARITY_KL_MEAN.name}{pd_only} and on (job, scope, cell) "
+                    + top(f"{parity_exported.PARITY_KL_MAX.name}{pd_only}"),
                     "{{cell}} mean",
                     ref="B",
                 ),
-                _query(top(f"{s.PARITY_NULL_KL_MAX.name}{selector()}"), "{{cell}} null floor", ref="C"),
+                _query(top(f"{parity_exported.PARITY_NULL_KL_MAX.name}{selector()}"), "{{cell}} null floor", ref="C"),
             ).override_by_query("C", DASHED),
             _breach_table(),
             _fidelity_table(),
@@ -387,7 +394,7 @@ def _kv_fidelity_parity_row(q: _Overview) -> Group:
                     "cell on the baseline image is furthest beyond the drift gate's threshold (margin × both "
                     "images' null floor + tolerance). " + explain("× threshold", "null floor"),
                     U_OVER_THRESHOLD,
-                    _query(top(f"{s.PARITY_DRIFT_KL_OVER_FLOOR.name}{selector()}"), "{{cell}}"),
+                    _query(top(f"{parity_exported.PARITY_DRIFT_KL_OVER_FLOOR.name}{selector()}"), "{{cell}}"),
                 ),
                 OVER_FLOOR_LIMIT,
             ),

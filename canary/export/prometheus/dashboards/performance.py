@@ -11,6 +11,8 @@ from grafana_foundation_sdk.builders import timeseries as gts
 from grafana_foundation_sdk.cog import builder as cogbuilder
 from grafana_foundation_sdk.models import dashboard as gmodel
 
+from canary.checks.accuracy import exported as accuracy_exported
+from canary.checks.throughput import exported as throughput_exported
 from canary.export.prometheus import alerts
 from canary.export.prometheus import schema as s
 from canary.export.prometheus.dashboards.base import (
@@ -45,7 +47,7 @@ from canary.export.prometheus.dashboards.panels import (
 
 
 def _latency_panel(kind: str) -> gts.Panel:
-    spec = s.LATENCY[kind]
+    spec = throughput_exported.LATENCY[kind]
     percentiles = selector('percentile=~"$percentile"')
     return _timeseries(
         f"Slowest {kind.upper()}: {s.LATENCIES[kind]}",
@@ -78,8 +80,8 @@ def _capacity_regression_panel() -> gts.Panel:
 
 def _capacity_panels() -> tuple[gts.Panel, gtable.Panel, gts.Panel, gtable.Panel]:
     """SLO capacity with its interval (the lowest cells and every cell), and the disaggregation gain."""
-    lowest = top(f"{s.CAPACITY.name}{selector()}", worst="bottomk")
-    lowest_gain = top(f"{s.DISAGG_GAIN.name}{selector()}", worst="bottomk")
+    lowest = top(f"{throughput_exported.CAPACITY.name}{selector()}", worst="bottomk")
+    lowest_gain = top(f"{throughput_exported.DISAGG_GAIN.name}{selector()}", worst="bottomk")
 
     def of(spec: s.MetricSpec, cells: str) -> str:
         return f"{spec.name}{selector()} and on (job, scope, cell) {cells}"
@@ -95,8 +97,8 @@ def _capacity_panels() -> tuple[gts.Panel, gtable.Panel, gts.Panel, gtable.Panel
             + explain("SLO capacity"),
             U_REQUESTS_PER_S,
             _query(lowest, "{{cell}}"),
-            _query(of(s.CAPACITY_LOW, lowest), "{{cell}} lower", ref="B"),
-            _query(of(s.CAPACITY_HIGH, lowest), "{{cell}} upper", ref="C"),
+            _query(of(throughput_exported.CAPACITY_LOW, lowest), "{{cell}} lower", ref="B"),
+            _query(of(throughput_exported.CAPACITY_HIGH, lowest), "{{cell}} upper", ref="C"),
         )
         .min(0)
         .override_by_query("B", DASHED)
@@ -109,11 +111,11 @@ def _capacity_panels() -> tuple[gts.Panel, gtable.Panel, gts.Panel, gtable.Panel
         "no probe was conclusive on that side. " + explain("SLO capacity"),
         U_REQUESTS_PER_S,
         (
-            (col(s.CAPACITY), "capacity", U_REQUESTS_PER_S),
-            (col(s.CAPACITY_LOW), "lower", U_REQUESTS_PER_S),
-            (col(s.CAPACITY_HIGH), "upper", U_REQUESTS_PER_S),
-            (col(s.CAPACITY_REQUESTS), "requests used", "none"),
-            (col(s.CAPACITY_SECONDS), "search time", U_SECONDS),
+            (col(throughput_exported.CAPACITY), "capacity", U_REQUESTS_PER_S),
+            (col(throughput_exported.CAPACITY_LOW), "lower", U_REQUESTS_PER_S),
+            (col(throughput_exported.CAPACITY_HIGH), "upper", U_REQUESTS_PER_S),
+            (col(throughput_exported.CAPACITY_REQUESTS), "requests used", "none"),
+            (col(throughput_exported.CAPACITY_SECONDS), "search time", U_SECONDS),
         ),
         12,
         "capacity",
@@ -127,8 +129,8 @@ def _capacity_panels() -> tuple[gts.Panel, gtable.Panel, gts.Panel, gtable.Panel
             + explain("disaggregation gain", "SLO capacity"),
             U_GAIN,
             _query(lowest_gain, "{{cell}}"),
-            _query(of(s.DISAGG_GAIN_LOW, lowest_gain), "{{cell}} lower", ref="B"),
-            _query(of(s.DISAGG_GAIN_HIGH, lowest_gain), "{{cell}} upper", ref="C"),
+            _query(of(throughput_exported.DISAGG_GAIN_LOW, lowest_gain), "{{cell}} lower", ref="B"),
+            _query(of(throughput_exported.DISAGG_GAIN_HIGH, lowest_gain), "{{cell}} upper", ref="C"),
         )
         .min(0)
         .override_by_query("B", DASHED)
@@ -144,11 +146,15 @@ def _capacity_panels() -> tuple[gts.Panel, gtable.Panel, gts.Panel, gtable.Panel
         "and the cell's own SLO capacity. " + explain("disaggregation gain", "SLO capacity"),
         U_GAIN,
         (
-            (col(s.DISAGG_GAIN), "gain", U_GAIN),
-            (col(s.DISAGG_GAIN_LOW), "gain lower", U_GAIN),
-            (col(s.DISAGG_GAIN_HIGH), "gain upper", U_GAIN),
-            (col(s.DISAGG_ENGINE_SCALE), "control scaled ×", "none"),
-            (of(s.CAPACITY, f"{s.DISAGG_GAIN.name}{selector()}"), "P/D capacity", U_REQUESTS_PER_S),
+            (col(throughput_exported.DISAGG_GAIN), "gain", U_GAIN),
+            (col(throughput_exported.DISAGG_GAIN_LOW), "gain lower", U_GAIN),
+            (col(throughput_exported.DISAGG_GAIN_HIGH), "gain upper", U_GAIN),
+            (col(throughput_exported.DISAGG_ENGINE_SCALE), "control scaled ×", "none"),
+            (
+                of(throughput_exported.CAPACITY, f"{throughput_exported.DISAGG_GAIN.name}{selector()}"),
+                "P/D capacity",
+                U_REQUESTS_PER_S,
+            ),
         ),
         12,
         "gain",
@@ -162,17 +168,18 @@ def _pd_time_panel() -> gts.Panel:
     """Where the slowest P/D cells' time goes, term by term (canary_pd_time_seconds), and how many of their
     requests were joined and fell back to recompute."""
     percentiles = selector('percentile=~"$percentile"', 'term!="decode"')
-    largest = top(f"{s.PD_TIME.name}{percentiles}")
+    largest = top(f"{throughput_exported.PD_TIME.name}{percentiles}")
     same = f"{selector()} and on (job, scope, cell) {largest}"
     return _timeseries(
         "Where P/D time goes: TTFT by term",
-        f"The ${LIMIT_VAR} largest terms of P/D cells' TTFT (the percentile variable): {s.PD_TIME.help} Dashed "
+        f"The ${LIMIT_VAR} largest terms of P/D cells' TTFT (the percentile variable): "
+        f"{throughput_exported.PD_TIME.help} Dashed "
         f"(B), requests joined; C, of those decode recomputed instead of reading the KV. "
         "Per-request rows: results.json, evidence.pd_time of the throughput check.",
         U_SECONDS,
         _query(largest, "{{cell}} {{term}} {{percentile}}"),
-        _query(f"{s.PD_TIME_REQUESTS.name}{same}", "{{cell}} joined", "B"),
-        _query(f"{s.PD_TIME_RECOMPUTED.name}{same}", "{{cell}} recomputed", "C"),
+        _query(f"{throughput_exported.PD_TIME_REQUESTS.name}{same}", "{{cell}} joined", "B"),
+        _query(f"{throughput_exported.PD_TIME_RECOMPUTED.name}{same}", "{{cell}} recomputed", "C"),
     ).override_by_query("B", DASHED)
 
 
@@ -180,11 +187,12 @@ def _prefix_cache_panel() -> gts.Panel:
     """The prefix-cache hit ratio of each engine under the throughput check's load, lowest first."""
     return _timeseries(
         "Prefix-cache hits under load by engine",
-        f"The ${LIMIT_VAR} lowest prefix-cache hit ratios (cell and engine role): {s.PREFIX_CACHE_HIT.help} "
+        f"The ${LIMIT_VAR} lowest prefix-cache hit ratios (cell and engine role): "
+        f"{throughput_exported.PREFIX_CACHE_HIT.help} "
         "A shared-prefix workload hits on prefill; fresh synthetic prompts hit nothing. Queried and hit tokens: "
         "results.json, evidence.prefix_cache of the throughput check.",
         U_RATIO,
-        _query(top(f"{s.PREFIX_CACHE_HIT.name}{selector()}", worst="bottomk"), "{{cell}} {{role}}"),
+        _query(top(f"{throughput_exported.PREFIX_CACHE_HIT.name}{selector()}", worst="bottomk"), "{{cell}} {{role}}"),
     )
 
 
@@ -206,13 +214,13 @@ class _Performance(NamedTuple):
 def _performance_queries() -> _Performance:
     """The queries and panels the performance dashboard's rows share."""
     coords = (
-        f'label_join({s.OUTPUT_TOKENS_PER_S.name}{selector()}, "coordinates", " ", '
+        f'label_join({throughput_exported.OUTPUT_TOKENS_PER_S.name}{selector()}, "coordinates", " ", '
         '"topology", "backend", "prefill_block_size", "decode_block_size", "kv_cache_dtype", "runner", "model")'
     )
     accuracy_hidden = (*HIDDEN_COLUMNS, "model", "prefill_block_size", "decode_block_size", "kernel_block_size")
     regression = alerts.rule("CanaryThroughputRegression")
     below_gate = alert_expr("CanaryAccuracyBelowGate")
-    worst_accuracy = top(f"{s.ACCURACY.name}{selector()}", worst="bottomk")
+    worst_accuracy = top(f"{accuracy_exported.ACCURACY.name}{selector()}", worst="bottomk")
 
     def of_worst(spec: s.MetricSpec) -> str:
         return f"{spec.name}{selector()} and on (job, scope, cell) {worst_accuracy}"
@@ -242,19 +250,20 @@ def _slowest_cells() -> list[cogbuilder.Builder[gmodel.Panel]]:
     return [
         _timeseries(
             "Lowest output tokens per second",
-            f"The ${LIMIT_VAR} slowest cells: {s.OUTPUT_TOKENS_PER_S.help} Higher is better.",
+            f"The ${LIMIT_VAR} slowest cells: {throughput_exported.OUTPUT_TOKENS_PER_S.help} Higher is better.",
             U_TOKENS_PER_S,
-            _query(top(f"{s.OUTPUT_TOKENS_PER_S.name}{selector()}", worst="bottomk"), "{{cell}}"),
+            _query(top(f"{throughput_exported.OUTPUT_TOKENS_PER_S.name}{selector()}", worst="bottomk"), "{{cell}}"),
         ),
         _timeseries(
             "Lowest requests per second and their goodput",
-            f"The ${LIMIT_VAR} cells with the fewest requests per second: {s.REQUESTS_PER_S.help} Dashed "
-            f"(B), the same cells' goodput: {s.GOODPUT_PER_S.help}",
+            f"The ${LIMIT_VAR} cells with the fewest requests per second: "
+            f"{throughput_exported.REQUESTS_PER_S.help} Dashed "
+            f"(B), the same cells' goodput: {throughput_exported.GOODPUT_PER_S.help}",
             U_REQUESTS_PER_S,
-            _query(top(f"{s.REQUESTS_PER_S.name}{selector()}", worst="bottomk"), "{{cell}}"),
+            _query(top(f"{throughput_exported.REQUESTS_PER_S.name}{selector()}", worst="bottomk"), "{{cell}}"),
             _query(
-                f"{s.GOODPUT_PER_S.name}{selector()} and on (job, scope, cell) "
-                + top(f"{s.REQUESTS_PER_S.name}{selector()}", worst="bottomk"),
+                f"{throughput_exported.GOODPUT_PER_S.name}{selector()} and on (job, scope, cell) "
+                + top(f"{throughput_exported.REQUESTS_PER_S.name}{selector()}", worst="bottomk"),
                 "{{cell}} goodput",
                 ref="B",
             ),
@@ -290,19 +299,21 @@ def _against_the_baseline(q: _Performance) -> list[cogbuilder.Builder[gmodel.Pan
         ),
         _timeseries(
             "Paired candidate / baseline throughput with its interval",
-            f"The ${LIMIT_VAR} lowest paired verdicts (checks.throughput.paired): {s.PAIRED_RATIO.help} Dashed, "
-            f"the ends of its t interval (B: {s.PAIRED_RATIO_LOW.help} C: {s.PAIRED_RATIO_HIGH.help})",
+            f"The ${LIMIT_VAR} lowest paired verdicts (checks.throughput.paired): "
+            f"{throughput_exported.PAIRED_RATIO.help} Dashed, "
+            f"the ends of its t interval (B: {throughput_exported.PAIRED_RATIO_LOW.help} "
+            f"C: {throughput_exported.PAIRED_RATIO_HIGH.help})",
             U_RATIO,
-            _query(top(f"{s.PAIRED_RATIO.name}{selector()}", worst="bottomk"), "{{cell}}"),
+            _query(top(f"{throughput_exported.PAIRED_RATIO.name}{selector()}", worst="bottomk"), "{{cell}}"),
             _query(
-                f"{s.PAIRED_RATIO_LOW.name}{selector()} and on (job, scope, cell) "
-                + top(f"{s.PAIRED_RATIO.name}{selector()}", worst="bottomk"),
+                f"{throughput_exported.PAIRED_RATIO_LOW.name}{selector()} and on (job, scope, cell) "
+                + top(f"{throughput_exported.PAIRED_RATIO.name}{selector()}", worst="bottomk"),
                 "{{cell}} low",
                 ref="B",
             ),
             _query(
-                f"{s.PAIRED_RATIO_HIGH.name}{selector()} and on (job, scope, cell) "
-                + top(f"{s.PAIRED_RATIO.name}{selector()}", worst="bottomk"),
+                f"{throughput_exported.PAIRED_RATIO_HIGH.name}{selector()} and on (job, scope, cell) "
+                + top(f"{throughput_exported.PAIRED_RATIO.name}{selector()}", worst="bottomk"),
                 "{{cell}} high",
                 ref="C",
             ),
@@ -380,9 +391,9 @@ def _gsm8k_accuracy_row(q: _Performance) -> Group:
                 "can be, beyond chance.",
                 U_RATIO,
                 _query(worst_accuracy, "{{cell}}"),
-                _query(of_worst(s.ACCURACY_LOW), "{{cell}} lower", ref="B"),
-                _query(of_worst(s.ACCURACY_HIGH), "{{cell}} upper", ref="C"),
-                _query(f"max({s.ACCURACY_THRESHOLD.name}{selector()})", "gate", ref="D"),
+                _query(of_worst(accuracy_exported.ACCURACY_LOW), "{{cell}} lower", ref="B"),
+                _query(of_worst(accuracy_exported.ACCURACY_HIGH), "{{cell}} upper", ref="C"),
+                _query(f"max({accuracy_exported.ACCURACY_THRESHOLD.name}{selector()})", "gate", ref="D"),
                 _query(on_cells(below_gate), "{{cell}} below the gate", ref="E"),
             )
             .min(0)
@@ -403,11 +414,11 @@ def _gsm8k_accuracy_row(q: _Performance) -> Group:
                 "the exact McNemar p-value against the aggregated control on the same questions (small: P/D answers "
                 "differently from its control beyond chance).",
                 U_RATIO,
-                _query(f"{s.ACCURACY.name}{selector()}", ref="A", instant=True),
-                _query(f"{s.ACCURACY_LOW.name}{selector()}", ref="B", instant=True),
-                _query(f"{s.ACCURACY_HIGH.name}{selector()}", ref="C", instant=True),
-                _query(f"{s.ACCURACY_THRESHOLD.name}{selector()}", ref="D", instant=True),
-                _query(f"{s.ACCURACY_PAIRED_P.name}{selector()}", ref="E", instant=True),
+                _query(f"{accuracy_exported.ACCURACY.name}{selector()}", ref="A", instant=True),
+                _query(f"{accuracy_exported.ACCURACY_LOW.name}{selector()}", ref="B", instant=True),
+                _query(f"{accuracy_exported.ACCURACY_HIGH.name}{selector()}", ref="C", instant=True),
+                _query(f"{accuracy_exported.ACCURACY_THRESHOLD.name}{selector()}", ref="D", instant=True),
+                _query(f"{accuracy_exported.ACCURACY_PAIRED_P.name}{selector()}", ref="E", instant=True),
                 span=12,
             )
             .override_by_name(

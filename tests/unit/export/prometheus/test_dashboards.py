@@ -21,6 +21,9 @@ from typing import Any
 
 import pytest
 
+from canary.checks.accuracy import exported as accuracy_exported
+from canary.checks.parity import exported as parity_exported
+from canary.checks.throughput import exported as throughput_exported
 from canary.export.prometheus import alerts, dashboards
 from canary.export.prometheus import schema as s
 from canary.paths import REPO_ROOT
@@ -115,14 +118,14 @@ def test_the_words_a_newcomer_does_not_know_are_explained(board: str, panel: dic
 def test_panel_units_match_what_the_metrics_measure() -> None:
     units = {panel["title"]: panel["fieldConfig"]["defaults"]["unit"] for _, panel in PANELS}
     by_metric: dict[str, str] = {
-        s.OUTPUT_TOKENS_PER_S.name: dashboards.U_TOKENS_PER_S,
-        s.REQUESTS_PER_S.name: dashboards.U_REQUESTS_PER_S,
-        s.PARITY_KL_MAX.name: dashboards.U_NATS,
-        s.PARITY_KL_OVER_FLOOR.name: dashboards.U_OVER_THRESHOLD,
-        s.LATENCY["ttft"].name: dashboards.U_SECONDS,
-        s.ACCURACY.name: dashboards.U_RATIO,
-        s.CAPACITY.name: dashboards.U_REQUESTS_PER_S,
-        s.DISAGG_GAIN.name: dashboards.U_GAIN,
+        throughput_exported.OUTPUT_TOKENS_PER_S.name: dashboards.U_TOKENS_PER_S,
+        throughput_exported.REQUESTS_PER_S.name: dashboards.U_REQUESTS_PER_S,
+        parity_exported.PARITY_KL_MAX.name: dashboards.U_NATS,
+        parity_exported.PARITY_KL_OVER_FLOOR.name: dashboards.U_OVER_THRESHOLD,
+        throughput_exported.LATENCY["ttft"].name: dashboards.U_SECONDS,
+        accuracy_exported.ACCURACY.name: dashboards.U_RATIO,
+        throughput_exported.CAPACITY.name: dashboards.U_REQUESTS_PER_S,
+        throughput_exported.DISAGG_GAIN.name: dashboards.U_GAIN,
     }
     for metric, unit in by_metric.items():
         panels = [
@@ -225,8 +228,18 @@ def test_capacity_and_gain_panels_show_the_interval_and_the_assumption() -> None
     linear-scaling assumption said on every gain panel."""
     by_title = {panel["title"]: panel for board, panel in PANELS if board == "vllm-canary-performance"}
     for title, value, low, high in (
-        ("Lowest SLO capacity with its interval", s.CAPACITY, s.CAPACITY_LOW, s.CAPACITY_HIGH),
-        ("Lowest disaggregation gain with its interval", s.DISAGG_GAIN, s.DISAGG_GAIN_LOW, s.DISAGG_GAIN_HIGH),
+        (
+            "Lowest SLO capacity with its interval",
+            throughput_exported.CAPACITY,
+            throughput_exported.CAPACITY_LOW,
+            throughput_exported.CAPACITY_HIGH,
+        ),
+        (
+            "Lowest disaggregation gain with its interval",
+            throughput_exported.DISAGG_GAIN,
+            throughput_exported.DISAGG_GAIN_LOW,
+            throughput_exported.DISAGG_GAIN_HIGH,
+        ),
     ):
         exprs = _exprs(by_title[title])
         lowest = f"bottomk($limit, {value.name}{{"
@@ -234,7 +247,10 @@ def test_capacity_and_gain_panels_show_the_interval_and_the_assumption() -> None
         assert exprs[1].startswith(f"{low.name}{{") and lowest in exprs[1]
         assert exprs[2].startswith(f"{high.name}{{") and lowest in exprs[2]
     assert 1.0 in _threshold_values(by_title["Lowest disaggregation gain with its interval"])
-    tables = {"SLO capacity now": s.CAPACITY_LOW, "Disaggregation gain by backend and block size": s.DISAGG_GAIN_LOW}
+    tables = {
+        "SLO capacity now": throughput_exported.CAPACITY_LOW,
+        "Disaggregation gain by backend and block size": throughput_exported.DISAGG_GAIN_LOW,
+    }
     for title, low in tables.items():
         assert any(expr.startswith(f"{low.name}{{") for expr in _exprs(by_title[title])), title
     gain_panels = [p for t, p in by_title.items() if "disaggregation gain" in t.lower()]

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from canary.checks.throughput import exported as tp
 from canary.export.prometheus import schema as s
 from canary.judge.results import CheckResult, RunResult, Verdict
 from canary.paths import REPO_ROOT
@@ -254,32 +255,32 @@ def test_capacity_and_gain_are_exported_per_cell_and_a_missing_bound_has_no_seri
     check = next(c for c in run.cells if c.cell.id == pd).check("throughput")
     assert check is not None
     for spec, key in (
-        (s.CAPACITY, "capacity_requests_per_s"),
-        (s.CAPACITY_LOW, "capacity_low_requests_per_s"),
-        (s.CAPACITY_HIGH, "capacity_high_requests_per_s"),
-        (s.CAPACITY_REQUESTS, "capacity_requests_used"),
-        (s.CAPACITY_SECONDS, "capacity_seconds_used"),
-        (s.DISAGG_GAIN, "disagg_gain"),
-        (s.DISAGG_GAIN_LOW, "disagg_gain_low"),
-        (s.DISAGG_GAIN_HIGH, "disagg_gain_high"),
-        (s.DISAGG_ENGINE_SCALE, "disagg_engine_scale"),
+        (tp.CAPACITY, "capacity_requests_per_s"),
+        (tp.CAPACITY_LOW, "capacity_low_requests_per_s"),
+        (tp.CAPACITY_HIGH, "capacity_high_requests_per_s"),
+        (tp.CAPACITY_REQUESTS, "capacity_requests_used"),
+        (tp.CAPACITY_SECONDS, "capacity_seconds_used"),
+        (tp.DISAGG_GAIN, "disagg_gain"),
+        (tp.DISAGG_GAIN_LOW, "disagg_gain_low"),
+        (tp.DISAGG_GAIN_HIGH, "disagg_gain_high"),
+        (tp.DISAGG_ENGINE_SCALE, "disagg_engine_scale"),
     ):
         assert by_cell[pd][spec.name] == check.metrics[key], spec.name
     # the candidate's p128-d128 held the SLO at no rate: the search ran (requests), no estimate, no lower end, no gain
     none = by_cell["pd.cpu_attn.p128-d128.auto.v1.candidate"]
-    assert none[s.CAPACITY_REQUESTS.name] == 120.0 and none[s.CAPACITY_HIGH.name] == 0.25
-    assert not {s.CAPACITY.name, s.CAPACITY_LOW.name, s.DISAGG_GAIN.name, s.DISAGG_GAIN_HIGH.name} & set(none)
+    assert none[tp.CAPACITY_REQUESTS.name] == 120.0 and none[tp.CAPACITY_HIGH.name] == 0.25
+    assert not {tp.CAPACITY.name, tp.CAPACITY_LOW.name, tp.DISAGG_GAIN.name, tp.DISAGG_GAIN_HIGH.name} & set(none)
     # aggregated cells have capacity but no gain; a cell whose load test crashed has neither
-    assert s.DISAGG_GAIN.name not in by_cell["agg.cpu_attn.b32.auto.v1.baseline"]
+    assert tp.DISAGG_GAIN.name not in by_cell["agg.cpu_attn.b32.auto.v1.baseline"]
     assert not any("capacity" in name for name in by_cell["pd.cpu_attn.p32-d32.auto.v1.candidate"])
-    gain = next(x for x in s.samples(run) if x.name == s.DISAGG_GAIN.name and x.labels["cell"] == pd)
+    gain = next(x for x in s.samples(run) if x.name == tp.DISAGG_GAIN.name and x.labels["cell"] == pd)
     assert (gain.labels["backend"], gain.labels["prefill_block_size"], gain.labels["decode_block_size"]) == (
         "CPU_ATTN",
         "32",
         "32",
     )
     text = s.exposition(run).decode()
-    assert re.search(rf'^{s.DISAGG_GAIN.name}{{[^}}]*cell="{re.escape(pd)}"', text, re.M)
+    assert re.search(rf'^{tp.DISAGG_GAIN.name}{{[^}}]*cell="{re.escape(pd)}"', text, re.M)
     none_cell = re.escape("pd.cpu_attn.p128-d128.auto.v1.candidate")
-    assert not re.search(rf'^{s.CAPACITY.name}{{[^}}]*cell="{none_cell}"', text, re.M)
-    assert re.search(rf'^{s.CAPACITY_HIGH.name}{{[^}}]*cell="{none_cell}"', text, re.M)
+    assert not re.search(rf'^{tp.CAPACITY.name}{{[^}}]*cell="{none_cell}"', text, re.M)
+    assert re.search(rf'^{tp.CAPACITY_HIGH.name}{{[^}}]*cell="{none_cell}"', text, re.M)
