@@ -1,4 +1,4 @@
-"""The `canary` command line: plan, run, needs, render-values, serve-metrics, history, compare, catalog, bisect.
+"""The `canary` command line: plan, run, check, needs, render-values, serve-metrics, history, compare, catalog, bisect.
 
 Exit codes (the table EXIT_CODES below, printed by `canary --help` and docs/reference/exit-codes.md):
 
@@ -48,6 +48,7 @@ from canary.model.ref import BUILTIN_PREFIX, is_builtin
 from canary.plan.matrix import Plan, plan
 from canary.plan.validate import validate_plan
 from canary.plan.waves import Schedule, select_night
+from canary.run import quick_cli, quickstart
 from canary.vllm_source import catalog_check
 
 EXIT_BY_OUTCOME: dict[str, int] = OUTCOME_EXIT_CODE
@@ -103,6 +104,7 @@ COMMAND_EXITS: dict[str, dict[int, str]] = {
     },
 }
 """The exit codes only some commands use, and the commands whose 0 and 1 mean more than done / an error."""
+COMMAND_EXITS["check"] = COMMAND_EXITS["run"]  # `canary check URL` is a run of one cell
 
 
 def command_exit_codes(command: str) -> dict[int, str]:
@@ -119,8 +121,11 @@ def exit_codes_help(codes: Mapping[int, str]) -> str:
 EXIT_CODES_HELP = exit_codes_help(MEANING)
 
 
-def _add_config_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="matrix config YAML (e.g. configs/cpu-default.yaml)")
+def _add_config_args(parser: argparse.ArgumentParser, config_default: str | None = None) -> None:
+    if config_default is None:
+        parser.add_argument("config", help="matrix config YAML (e.g. configs/cpu-default.yaml)")
+    else:
+        parser.add_argument("config", nargs="?", help=f"matrix config YAML (default with --image: {config_default})")
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -154,9 +159,16 @@ def build_parser() -> argparse.ArgumentParser:
     p_plan.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     p_run = sub.add_parser("run", help="deploy and check every planned cell")
-    _add_config_args(p_run)
+    _add_config_args(p_run, quickstart.DEFAULT_CONFIG)
     p_run.add_argument("--results-dir", help="override export.results_dir")
     p_run.add_argument("--dry-run", action="store_true", help="render commands/env/manifests, start nothing")
+    p_run.add_argument(
+        "--image",
+        metavar="REF",
+        help="run the matrix on this local image through the container target: REF is the candidate of every "
+        "image key but the baseline (the baseline stays the CPU engine image)",
+    )
+    quick_cli.add_check_parser(sub)
 
     p_needs = sub.add_parser(
         "needs", help="print what a run of this config needs installed here (words: engine model pushgateway)"
@@ -323,6 +335,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     from canary.run.orchestrate import dry_run, run_and_report
     from canary.run.preflight import RESULTS_DIR_FLAG, RESULTS_DIR_KEY
 
+    quick_cli.apply_image(args)
     config, the_plan = load_plan(args)
     if args.results_dir:
         config.export.results_dir = args.results_dir
@@ -331,6 +344,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         if args.dry_run:
             print(dry_run(config, the_plan, config_path=str(args.config), results_from=results_from))
             return EXIT_OK
+        if args.image:
+            quickstart.refuse_missing_image(config, args.image)
         run = run_and_report(config, the_plan, config_path=str(args.config), console=console, results_from=results_from)
     except ConfigError as exc:
         raise blame_overrides(exc, list(args.overrides)) from None
@@ -412,9 +427,10 @@ COMMANDS["needs"] = cmd_needs
 COMMANDS.update(history=history_cli.cmd_history, compare=history_cli.cmd_compare)
 COMMANDS["catalog"] = catalog_check.cmd_catalog
 COMMANDS["bisect"] = bisect_cli.cmd_bisect
+COMMANDS["check"] = quick_cli.cmd_check
 
 
-LONG_RUNNING = frozenset({"run", "bisect"})
+LONG_RUNNING = frozenset({"run", "bisect", "check"})
 """Commands that start engines and run for minutes: a SIGINT must stop them (and their teardown run)."""
 
 
