@@ -80,7 +80,7 @@ def test_the_wheel_carries_every_runtime_file(unpacked: Path) -> None:
 def test_the_installed_canary_plans_and_dry_runs_from_anywhere(unpacked: Path, tmp_path: Path) -> None:
     where = _canary(unpacked, tmp_path, "--help")
     assert where.returncode == 0, where.stderr
-    assert "exit codes:" in where.stdout and "plan" in where.stdout
+    assert "exit codes:" in where.stdout and "check" in where.stdout
     probe = subprocess.run(
         [sys.executable, "-c", "import canary.paths as p; print(p.PACKAGE_DIR, p.INSTALLED, p.CACHE_DIR)"],
         cwd=tmp_path,
