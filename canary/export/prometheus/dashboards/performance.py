@@ -12,7 +12,7 @@ from grafana_foundation_sdk.cog import builder as cogbuilder
 from grafana_foundation_sdk.models import dashboard as gmodel
 
 from canary.checks.accuracy import exported as accuracy_exported
-from canary.checks.throughput import exported as throughput_exported
+from canary.checks.throughput import exported as tput
 from canary.export.prometheus import alerts
 from canary.export.prometheus import schema as s
 from canary.export.prometheus.dashboards.base import (
@@ -47,7 +47,7 @@ from canary.export.prometheus.dashboards.panels import (
 
 
 def _latency_panel(kind: str) -> gts.Panel:
-    spec = throughput_exported.LATENCY[kind]
+    spec = tput.LATENCY[kind]
     percentiles = selector('percentile=~"$percentile"')
     return _timeseries(
         f"Slowest {kind.upper()}: {s.LATENCIES[kind]}",
@@ -78,17 +78,24 @@ def _capacity_regression_panel() -> gts.Panel:
     )
 
 
+def _of(spec: s.MetricSpec, cells: str) -> str:
+    """A metric of the given cells only."""
+    return f"{spec.name}{selector()} and on (job, scope, cell) {cells}"
+
+
+def _col(spec: s.MetricSpec) -> str:
+    """A metric of every selected cell (a column of an instant table)."""
+    return f"{spec.name}{selector()}"
+
+
 def _capacity_panels() -> tuple[gts.Panel, gtable.Panel, gts.Panel, gtable.Panel]:
     """SLO capacity with its interval (the lowest cells and every cell), and the disaggregation gain."""
-    lowest = top(f"{throughput_exported.CAPACITY.name}{selector()}", worst="bottomk")
-    lowest_gain = top(f"{throughput_exported.DISAGG_GAIN.name}{selector()}", worst="bottomk")
+    return (*_capacity_pair(), *_gain_pair())
 
-    def of(spec: s.MetricSpec, cells: str) -> str:
-        return f"{spec.name}{selector()} and on (job, scope, cell) {cells}"
 
-    def col(spec: s.MetricSpec) -> str:
-        return f"{spec.name}{selector()}"
-
+def _capacity_pair() -> tuple[gts.Panel, gtable.Panel]:
+    """The lowest cells' SLO capacity with its interval, and every cell's now."""
+    lowest = top(f"{tput.CAPACITY.name}{selector()}", worst="bottomk")
     capacity_chart = (
         _timeseries(
             "Lowest SLO capacity with its interval",
@@ -97,8 +104,8 @@ def _capacity_panels() -> tuple[gts.Panel, gtable.Panel, gts.Panel, gtable.Panel
             + explain("SLO capacity"),
             U_REQUESTS_PER_S,
             _query(lowest, "{{cell}}"),
-            _query(of(throughput_exported.CAPACITY_LOW, lowest), "{{cell}} lower", ref="B"),
-            _query(of(throughput_exported.CAPACITY_HIGH, lowest), "{{cell}} upper", ref="C"),
+            _query(_of(tput.CAPACITY_LOW, lowest), "{{cell}} lower", ref="B"),
+            _query(_of(tput.CAPACITY_HIGH, lowest), "{{cell}} upper", ref="C"),
         )
         .min(0)
         .override_by_query("B", DASHED)
@@ -111,16 +118,22 @@ def _capacity_panels() -> tuple[gts.Panel, gtable.Panel, gts.Panel, gtable.Panel
         "no probe was conclusive on that side. " + explain("SLO capacity"),
         U_REQUESTS_PER_S,
         (
-            (col(throughput_exported.CAPACITY), "capacity", U_REQUESTS_PER_S),
-            (col(throughput_exported.CAPACITY_LOW), "lower", U_REQUESTS_PER_S),
-            (col(throughput_exported.CAPACITY_HIGH), "upper", U_REQUESTS_PER_S),
-            (col(throughput_exported.CAPACITY_REQUESTS), "requests used", "none"),
-            (col(throughput_exported.CAPACITY_SECONDS), "search time", U_SECONDS),
+            (_col(tput.CAPACITY), "capacity", U_REQUESTS_PER_S),
+            (_col(tput.CAPACITY_LOW), "lower", U_REQUESTS_PER_S),
+            (_col(tput.CAPACITY_HIGH), "upper", U_REQUESTS_PER_S),
+            (_col(tput.CAPACITY_REQUESTS), "requests used", "none"),
+            (_col(tput.CAPACITY_SECONDS), "search time", U_SECONDS),
         ),
         12,
         "capacity",
         desc=False,
     )
+    return capacity_chart, capacity_table
+
+
+def _gain_pair() -> tuple[gts.Panel, gtable.Panel]:
+    """The lowest P/D cells' disaggregation gain with its interval, and every P/D cell's by backend and block."""
+    lowest_gain = top(f"{tput.DISAGG_GAIN.name}{selector()}", worst="bottomk")
     gain_chart = _with_threshold_line(
         _timeseries(
             "Lowest disaggregation gain with its interval",
@@ -129,8 +142,8 @@ def _capacity_panels() -> tuple[gts.Panel, gtable.Panel, gts.Panel, gtable.Panel
             + explain("disaggregation gain", "SLO capacity"),
             U_GAIN,
             _query(lowest_gain, "{{cell}}"),
-            _query(of(throughput_exported.DISAGG_GAIN_LOW, lowest_gain), "{{cell}} lower", ref="B"),
-            _query(of(throughput_exported.DISAGG_GAIN_HIGH, lowest_gain), "{{cell}} upper", ref="C"),
+            _query(_of(tput.DISAGG_GAIN_LOW, lowest_gain), "{{cell}} lower", ref="B"),
+            _query(_of(tput.DISAGG_GAIN_HIGH, lowest_gain), "{{cell}} upper", ref="C"),
         )
         .min(0)
         .override_by_query("B", DASHED)
@@ -146,12 +159,12 @@ def _capacity_panels() -> tuple[gts.Panel, gtable.Panel, gts.Panel, gtable.Panel
         "and the cell's own SLO capacity. " + explain("disaggregation gain", "SLO capacity"),
         U_GAIN,
         (
-            (col(throughput_exported.DISAGG_GAIN), "gain", U_GAIN),
-            (col(throughput_exported.DISAGG_GAIN_LOW), "gain lower", U_GAIN),
-            (col(throughput_exported.DISAGG_GAIN_HIGH), "gain upper", U_GAIN),
-            (col(throughput_exported.DISAGG_ENGINE_SCALE), "control scaled ×", "none"),
+            (_col(tput.DISAGG_GAIN), "gain", U_GAIN),
+            (_col(tput.DISAGG_GAIN_LOW), "gain lower", U_GAIN),
+            (_col(tput.DISAGG_GAIN_HIGH), "gain upper", U_GAIN),
+            (_col(tput.DISAGG_ENGINE_SCALE), "control scaled ×", "none"),
             (
-                of(throughput_exported.CAPACITY, f"{throughput_exported.DISAGG_GAIN.name}{selector()}"),
+                _of(tput.CAPACITY, f"{tput.DISAGG_GAIN.name}{selector()}"),
                 "P/D capacity",
                 U_REQUESTS_PER_S,
             ),
@@ -161,25 +174,25 @@ def _capacity_panels() -> tuple[gts.Panel, gtable.Panel, gts.Panel, gtable.Panel
         desc=False,
         hidden=(*HIDDEN_COLUMNS, "model", "kernel_block_size", "topology"),
     )
-    return capacity_chart, capacity_table, gain_chart, gain_table
+    return gain_chart, gain_table
 
 
 def _pd_time_panel() -> gts.Panel:
     """Where the slowest P/D cells' time goes, term by term (canary_pd_time_seconds), and how many of their
     requests were joined and fell back to recompute."""
     percentiles = selector('percentile=~"$percentile"', 'term!="decode"')
-    largest = top(f"{throughput_exported.PD_TIME.name}{percentiles}")
+    largest = top(f"{tput.PD_TIME.name}{percentiles}")
     same = f"{selector()} and on (job, scope, cell) {largest}"
     return _timeseries(
         "Where P/D time goes: TTFT by term",
         f"The ${LIMIT_VAR} largest terms of P/D cells' TTFT (the percentile variable): "
-        f"{throughput_exported.PD_TIME.help} Dashed "
+        f"{tput.PD_TIME.help} Dashed "
         f"(B), requests joined; C, of those decode recomputed instead of reading the KV. "
         "Per-request rows: results.json, evidence.pd_time of the throughput check.",
         U_SECONDS,
         _query(largest, "{{cell}} {{term}} {{percentile}}"),
-        _query(f"{throughput_exported.PD_TIME_REQUESTS.name}{same}", "{{cell}} joined", "B"),
-        _query(f"{throughput_exported.PD_TIME_RECOMPUTED.name}{same}", "{{cell}} recomputed", "C"),
+        _query(f"{tput.PD_TIME_REQUESTS.name}{same}", "{{cell}} joined", "B"),
+        _query(f"{tput.PD_TIME_RECOMPUTED.name}{same}", "{{cell}} recomputed", "C"),
     ).override_by_query("B", DASHED)
 
 
@@ -188,11 +201,11 @@ def _prefix_cache_panel() -> gts.Panel:
     return _timeseries(
         "Prefix-cache hits under load by engine",
         f"The ${LIMIT_VAR} lowest prefix-cache hit ratios (cell and engine role): "
-        f"{throughput_exported.PREFIX_CACHE_HIT.help} "
+        f"{tput.PREFIX_CACHE_HIT.help} "
         "A shared-prefix workload hits on prefill; fresh synthetic prompts hit nothing. Queried and hit tokens: "
         "results.json, evidence.prefix_cache of the throughput check.",
         U_RATIO,
-        _query(top(f"{throughput_exported.PREFIX_CACHE_HIT.name}{selector()}", worst="bottomk"), "{{cell}} {{role}}"),
+        _query(top(f"{tput.PREFIX_CACHE_HIT.name}{selector()}", worst="bottomk"), "{{cell}} {{role}}"),
     )
 
 
@@ -214,7 +227,7 @@ class _Performance(NamedTuple):
 def _performance_queries() -> _Performance:
     """The queries and panels the performance dashboard's rows share."""
     coords = (
-        f'label_join({throughput_exported.OUTPUT_TOKENS_PER_S.name}{selector()}, "coordinates", " ", '
+        f'label_join({tput.OUTPUT_TOKENS_PER_S.name}{selector()}, "coordinates", " ", '
         '"topology", "backend", "prefill_block_size", "decode_block_size", "kv_cache_dtype", "runner", "model")'
     )
     accuracy_hidden = (*HIDDEN_COLUMNS, "model", "prefill_block_size", "decode_block_size", "kernel_block_size")
@@ -250,20 +263,20 @@ def _slowest_cells() -> list[cogbuilder.Builder[gmodel.Panel]]:
     return [
         _timeseries(
             "Lowest output tokens per second",
-            f"The ${LIMIT_VAR} slowest cells: {throughput_exported.OUTPUT_TOKENS_PER_S.help} Higher is better.",
+            f"The ${LIMIT_VAR} slowest cells: {tput.OUTPUT_TOKENS_PER_S.help} Higher is better.",
             U_TOKENS_PER_S,
-            _query(top(f"{throughput_exported.OUTPUT_TOKENS_PER_S.name}{selector()}", worst="bottomk"), "{{cell}}"),
+            _query(top(f"{tput.OUTPUT_TOKENS_PER_S.name}{selector()}", worst="bottomk"), "{{cell}}"),
         ),
         _timeseries(
             "Lowest requests per second and their goodput",
             f"The ${LIMIT_VAR} cells with the fewest requests per second: "
-            f"{throughput_exported.REQUESTS_PER_S.help} Dashed "
-            f"(B), the same cells' goodput: {throughput_exported.GOODPUT_PER_S.help}",
+            f"{tput.REQUESTS_PER_S.help} Dashed "
+            f"(B), the same cells' goodput: {tput.GOODPUT_PER_S.help}",
             U_REQUESTS_PER_S,
-            _query(top(f"{throughput_exported.REQUESTS_PER_S.name}{selector()}", worst="bottomk"), "{{cell}}"),
+            _query(top(f"{tput.REQUESTS_PER_S.name}{selector()}", worst="bottomk"), "{{cell}}"),
             _query(
-                f"{throughput_exported.GOODPUT_PER_S.name}{selector()} and on (job, scope, cell) "
-                + top(f"{throughput_exported.REQUESTS_PER_S.name}{selector()}", worst="bottomk"),
+                f"{tput.GOODPUT_PER_S.name}{selector()} and on (job, scope, cell) "
+                + top(f"{tput.REQUESTS_PER_S.name}{selector()}", worst="bottomk"),
                 "{{cell}} goodput",
                 ref="B",
             ),
@@ -300,20 +313,20 @@ def _against_the_baseline(q: _Performance) -> list[cogbuilder.Builder[gmodel.Pan
         _timeseries(
             "Paired candidate / baseline throughput with its interval",
             f"The ${LIMIT_VAR} lowest paired verdicts (checks.throughput.paired): "
-            f"{throughput_exported.PAIRED_RATIO.help} Dashed, "
-            f"the ends of its t interval (B: {throughput_exported.PAIRED_RATIO_LOW.help} "
-            f"C: {throughput_exported.PAIRED_RATIO_HIGH.help})",
+            f"{tput.PAIRED_RATIO.help} Dashed, "
+            f"the ends of its t interval (B: {tput.PAIRED_RATIO_LOW.help} "
+            f"C: {tput.PAIRED_RATIO_HIGH.help})",
             U_RATIO,
-            _query(top(f"{throughput_exported.PAIRED_RATIO.name}{selector()}", worst="bottomk"), "{{cell}}"),
+            _query(top(f"{tput.PAIRED_RATIO.name}{selector()}", worst="bottomk"), "{{cell}}"),
             _query(
-                f"{throughput_exported.PAIRED_RATIO_LOW.name}{selector()} and on (job, scope, cell) "
-                + top(f"{throughput_exported.PAIRED_RATIO.name}{selector()}", worst="bottomk"),
+                f"{tput.PAIRED_RATIO_LOW.name}{selector()} and on (job, scope, cell) "
+                + top(f"{tput.PAIRED_RATIO.name}{selector()}", worst="bottomk"),
                 "{{cell}} low",
                 ref="B",
             ),
             _query(
-                f"{throughput_exported.PAIRED_RATIO_HIGH.name}{selector()} and on (job, scope, cell) "
-                + top(f"{throughput_exported.PAIRED_RATIO.name}{selector()}", worst="bottomk"),
+                f"{tput.PAIRED_RATIO_HIGH.name}{selector()} and on (job, scope, cell) "
+                + top(f"{tput.PAIRED_RATIO.name}{selector()}", worst="bottomk"),
                 "{{cell}} high",
                 ref="C",
             ),
