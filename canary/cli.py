@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rich.console import Console
-from rich.table import Table
 
 from canary.bisect import cli as bisect_cli
 from canary.checks.estimate import checks_by_cell
@@ -40,7 +39,7 @@ from canary.core.words import closest, listing
 from canary.errors import CanaryError, ConfigError, UsageError
 from canary.export.history import cli as history_cli
 from canary.export.prometheus.publish import pushgateway_url
-from canary.export.report.plan_table import plan_table
+from canary.export.report.plan_table import plan_table, waves_view
 from canary.judge.results import RunResult
 from canary.judge.verdicts import INTERRUPTED_EXIT_CODE, OUTCOME_EXIT_CODE
 from canary.model.family_params import FAMILY_NAMES
@@ -241,23 +240,6 @@ def schedule_for(config: CanaryConfig, the_plan: Plan) -> Schedule | None:
     return select_night(the_plan.planned(), config, load_state(config).last_checked(), checks_by_cell)
 
 
-def waves_table(schedule: Schedule) -> Table:
-    """Tonight's waves: GPUs, cells and estimated minutes."""
-    table = Table(title=f"waves within {schedule.budget} GPUs")
-    for column in ("wave", "GPUs", "cells", "typical min", "worst min", "cell ids"):
-        table.add_column(column, overflow="fold", no_wrap=column != "cell ids")
-    for wave in schedule.waves:
-        table.add_row(
-            str(wave.index),
-            str(wave.gpus),
-            str(len(wave.cells)),
-            f"{wave.typical_s / 60:.0f}",
-            f"{wave.worst_s / 60:.0f}",
-            ", ".join(c.id for c in wave.cells),
-        )
-    return table
-
-
 def schedule_summary(schedule: Schedule) -> str:
     """One paragraph: the estimate against the deadline, and the rotation."""
     text = (
@@ -325,7 +307,7 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
             f"(all {high} high-risk ones); saved {the_plan.full_planned_count - planned} cells"
         )
     if schedule is not None:
-        console.print(waves_table(schedule))
+        console.print(waves_view(schedule))
         console.print(schedule_summary(schedule))
     return EXIT_OK
 

@@ -1,4 +1,4 @@
-"""`canary plan`'s table: one row per cell, every column whole at any terminal width.
+"""`canary plan`'s table: one row per cell, every column whole at any terminal width; tonight's waves.
 
 What every cell shares (one backend, one kv dtype, one runner...) is said once above the table
 instead of repeated in a column; the rest is a FittedTable (canary.export.report.terminal): a table
@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from rich.console import Group
+from rich.padding import Padding
+from rich.text import Text
+
 from canary.export.report.terminal import FittedTable
 from canary.plan.cell import Cell
 from canary.plan.matrix import Plan
+from canary.plan.waves import Schedule
 
 
 def _runner(cell: Cell) -> str:
@@ -77,3 +82,18 @@ def plan_table(the_plan: Plan, gpus: Mapping[str, int] | None = None) -> FittedT
         reasons=tuple(c.reason or "" for c in cells),
         right=frozenset({"GPUs"}),
     )
+
+
+def waves_view(schedule: Schedule) -> Group:
+    """Tonight's waves, each a line (GPUs, cells, estimated minutes) and its cell ids one a line, whole at
+    any width (a table folded the ids mid-word at 80 columns)."""
+    lines: list[Text | Padding] = [Text(f"waves within {schedule.budget} GPUs", style="bold")]
+    for wave in schedule.waves:
+        lines.append(
+            Text(
+                f"wave {wave.index}: {wave.gpus} GPUs, {len(wave.cells)} cells, about {wave.typical_s / 60:.0f} min "
+                f"({wave.worst_s / 60:.0f} min if every start takes its whole deadline)"
+            )
+        )
+        lines += [Padding(Text(c.id), (0, 0, 0, 2)) for c in wave.cells]
+    return Group(*lines)

@@ -222,7 +222,7 @@ def _write(tmp_path: Path, **kubernetes: Any) -> Path:
 def test_canary_plan_prints_gpus_waves_and_the_estimate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _write(tmp_path, job_deadline_s=7200)
     assert main(["plan", str(path)]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the console wraps its lines at the terminal's width
     assert "GPUs" in out and "waves within 16 GPUs" in out
     assert "estimated wall time" in out and "job deadline 2.00 h" in out
     assert "rotation:" in out

@@ -39,8 +39,13 @@ def _cells(config: str, *only: str) -> list[Cell]:
     return [c for c in cells if not only or any(c.id.startswith(p) for p in only)]
 
 
+WAVES = "waves within 16 GPUs"
+
+
 def _blocks(lines: list[str], ids: list[str]) -> dict[str, str]:
     """Each cell's lines (from its id's line to the next id's), joined."""
+    end = lines.index(WAVES) if WAVES in lines else len(lines)  # tonight's waves list the ids again
+    lines = lines[:end]
     starts = {line.strip(): i for i, line in enumerate(lines) if line.strip() in ids}
     order = [*sorted(starts.values()), len(lines)]
     return {lines[s].strip(): "\n".join(lines[s:e]) for s, e in itertools.pairwise(order)}
@@ -83,3 +88,21 @@ def test_the_console_width_is_columns_then_the_terminal_then_120() -> None:
     assert console_width(tty=True, env={"COLUMNS": "100"}) == 100
     assert console_width(tty=True, env={}) is None  # rich asks the terminal
     assert console_width(tty=False, env={"COLUMNS": "wide"}) == NON_TTY_WIDTH == 120
+
+
+def test_tonights_waves_list_each_cell_id_whole_at_80_columns() -> None:
+    """The waves table folded ids mid-word at 80 columns (`agg.flashinfer.b256.fp8.v1.b` / `aseline,`)."""
+    import json
+
+    result = _plan(80, "configs/h200-mrv2-pd.yaml")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    start = lines.index(WAVES)
+    waves = json.loads(_plan(None, "configs/h200-mrv2-pd.yaml", "--json").stdout)["schedule"]["waves"]
+    shown = [line.strip() for line in lines[start:]]
+    for wave in waves:
+        assert any(
+            line.startswith(f"wave {wave['wave']}: {wave['gpus']} GPUs, {len(wave['cells'])} cells") for line in shown
+        )
+        assert all(cell in shown for cell in wave["cells"])
