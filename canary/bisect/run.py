@@ -133,6 +133,7 @@ def step_config(
         image.pop("ref", None)  # derived from base + patches again
     if image_ref is not None:
         data["target"]["container"]["images"][image_key] = image_ref
+    data["target"]["same_engine_ok"] = True  # point 0 (no patch, or the good end's image) is another key's engine
     for name in check_order():
         if name != "startup" and name in data["checks"]:
             data["checks"][name]["enabled"] = name in rerun_checks

@@ -124,6 +124,7 @@ def test_step_config_swaps_the_series_and_runs_only_the_failed_checks(tmp_path: 
         data.config, "baseline", ["parity"], "x", patches=prefix_series(read_series(SERIES), 0, tmp_path)
     )
     assert empty.images["baseline"].patches is None
+    assert empty.target.same_engine_ok, "a step on no patch runs the baseline's engine by design: not refused"
     assert [c.id for c in plan(config).cells] == [c.id for c in plan(data.config).cells]  # the same cell ids
 
 
