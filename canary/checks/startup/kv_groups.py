@@ -20,6 +20,25 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+STATE_KINDS = frozenset({"mamba"})
+"""Group kinds that hold a recurrent state (Mamba, GDN: vLLM's MambaSpec), not attention KV pages."""
+
+
+def attention_groups(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The groups with a logical and a kernel block that page attention (a record without kinds, an older
+    probe: every such group)."""
+    groups = [g for g in record.get("kv_cache_groups") or [] if isinstance(g, Mapping)]
+    sized = [g for g in groups if g.get("logical_block_size") and g.get("kernel_block_sizes")]
+    return [g for g in sized if g.get("kind") not in STATE_KINDS]
+
+
+def attention_views(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The kernel views of attention layers: a view the probe tagged with a state kind (a Mamba / GDN layer's
+    state, not paged by an attention kernel) is left out; an untagged view (an older probe) stays."""
+    views = [v for v in record.get("kernel_views") or [] if isinstance(v, Mapping)]
+    return [v for v in views if v.get("kind") not in STATE_KINDS]
+
+
 def group_summaries(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One entry per KV cache group: id, kind, window, logical and kernel block, storage block, page bytes,
     layers, how many NIXL regions belong to it alone and how many it shares with every group (None: the

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from canary.checks.startup import declared as declared_sizes
-from canary.checks.startup.kv_groups import group_summaries
+from canary.checks.startup.kv_groups import attention_groups, attention_views, group_summaries
 from canary.config import CanaryConfig
 from canary.config.catalog import KernelBlockSizes
 from canary.judge.results import Gate
@@ -81,11 +81,10 @@ class LayoutJudgement:
 
 
 def _full_attention_group(record: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    groups = record.get("kv_cache_groups") or []
-    for group in groups:
-        if isinstance(group, Mapping) and group.get("logical_block_size") and group.get("kernel_block_sizes"):
-            return group
-    return None
+    """The group the gates judge: a full-attention one, else any attention group (a hybrid's Mamba / GDN state
+    groups page no attention kernel: canary.checks.startup.kv_groups.attention_groups)."""
+    groups = attention_groups(record)
+    return next((g for g in groups if g.get("kind") == "full"), groups[0] if groups else None)
 
 
 def has_declaration(record: Mapping[str, Any] | None) -> bool:
@@ -101,7 +100,7 @@ def summarize(record: Mapping[str, Any] | None) -> dict[str, Any]:
         return {"recorded": False}
     group = _full_attention_group(record) or {}
     nixl = record.get("nixl") or {}
-    views = record.get("kernel_views") or []
+    views = attention_views(record)
     declared, _ = declared_sizes.declarations(group)
     return {
         "recorded": True,
@@ -195,7 +194,7 @@ def judge_engine(
     logical = int(group["logical_block_size"])
     kernel = int(group["kernel_block_sizes"][0])
     num_blocks = int(record.get("num_blocks") or 0)
-    views = [v for v in record.get("kernel_views") or [] if isinstance(v, Mapping)]
+    views = attention_views(record)
     if views and num_blocks:
         wrong = [v for v in views if v.get("grain") not in ("kernel", "same")]
         expected_blocks = num_blocks * (logical // kernel) if logical % kernel == 0 else None
@@ -308,7 +307,7 @@ def judge_pd_agreement(
         )
         return
     bigger = decode if d_size > p_size else prefill
-    views = [v for v in bigger.get("kernel_views") or [] if isinstance(v, Mapping)]
+    views = attention_views(bigger)
     token_split = interior_split_is_token_split(views[0], max(p_size, d_size)) if views else None
     where = f"decode maps each {d_size}-token block to {want} prefill blocks of {p_size}"
     if token_split is None or (token_split is False and platform != "cpu"):

@@ -26,7 +26,8 @@ Recorded (schema_version 2; readers accept 1, which lacks the fields marked *):
                           did not skip: a list shorter than the groups is indexed out of step)
   num_blocks              logical blocks of the KV manager
   manager_views           KV tensors as allocated for the manager / KV connectors (shape, dtype,
-                          strides, bytes, grain: logical | kernel | same | unknown)
+                          strides, bytes, grain: logical | kernel | same | unknown; (*) kind: the
+                          group kind of its first layer, so a Mamba / GDN state view is told apart)
   kernel_views            the views bound to attention layers (what the kernel pages through)
   nixl                    what NixlConnector registered: block_size (tokens per registered block),
                           num_blocks, physical blocks per logical block, block_len_per_layer (bytes),
@@ -371,6 +372,11 @@ def record_runner_state(
     else:
         kernel_named = []
     dtype = getattr(getattr(runner, "cache_config", None), "cache_dtype", None)
+    kinds = {n: spec_kind(getattr(g, "kv_cache_spec", None)) for g in _groups_of(config) for n in g.layer_names}
+    kernel_views = _views(kernel_named, num_blocks, logical, kernel)
+    manager_views = _views(list(manager.items()), num_blocks, logical, kernel)
+    for view in (*kernel_views, *manager_views):
+        view["kind"] = kinds.get(str(view.get("first_layer")))
     recorder.update(
         runner_class=f"{type(runner).__module__}.{type(runner).__qualname__}",
         phase=phase,
@@ -378,8 +384,8 @@ def record_runner_state(
         kv_cache_groups=groups,
         runner_kernel_block_sizes=[_int_or_none(size) for size in kernel_sizes],
         num_blocks=num_blocks,
-        manager_views=_views(list(manager.items()), num_blocks, logical, kernel),
-        kernel_views=_views(kernel_named, num_blocks, logical, kernel),
+        manager_views=manager_views,
+        kernel_views=kernel_views,
     )
 
 

@@ -32,7 +32,9 @@ def test_the_catalog_rewrites_mla_to_16_on_cpu_and_raises_hybrid_blocks() -> Non
     assert "instead of 128" in line and "block 16" in line and "vllm/platforms/cpu.py" in line
     assert block_rewrites(catalog, "sm90", "mla", [128]) == []  # the CPU rule only
     assert block_rewrites(catalog, "cpu", "gdn-hybrid", [128]) != []
-    assert block_rewrites(catalog, "cpu", "dense", [128]) == block_rewrites(catalog, "cpu", "sliding-window", [32]) == []
+    assert (
+        block_rewrites(catalog, "cpu", "dense", [128]) == block_rewrites(catalog, "cpu", "sliding-window", [32]) == []
+    )
 
 
 def test_a_rewritten_block_is_a_high_risk_cell_and_the_kept_one_is_not() -> None:
@@ -75,7 +77,10 @@ def test_cpu_families_plans_every_family_aggregated_and_pd_with_its_expectations
         topologies = {c.topology for c in cells.values() if c.family == family}
         assert topologies == {"aggregated", "pd-nixl"}, family
     rewrites = sorted(i for i, c in cells.items() if RISK_BLOCK_REWRITE in c.risks)
-    assert rewrites == ["deepseek_v3.agg.cpu_mla.b256.auto.v1.baseline", "qwen3_next.agg.cpu_attn.b128.auto.v1.baseline"]
+    assert rewrites == [
+        "deepseek_v3.agg.cpu_mla.b256.auto.v1.baseline",
+        "qwen3_next.agg.cpu_attn.b256.auto.v1.baseline",
+    ]
     for identifier in rewrites:  # each named by an expectation that says so, never passed silently
         expect = cells[identifier].expect
         assert expect is not None and expect.failing_checks == ["startup"] and "another config" in expect.reason

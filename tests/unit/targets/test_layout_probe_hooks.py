@@ -262,3 +262,14 @@ def test_nixl_regions_are_recorded_per_group() -> None:
     assert regions is not None and [r["group_id"] for r in regions] == [0, 1, 1]
     assert [r["num_blocks"] for r in regions] == [100, 100, None]  # a shorter list is unknown, not guessed
     assert probe.region_facts(types.SimpleNamespace()) is None
+
+
+def test_a_state_layers_view_is_tagged_with_its_group_kind(tmp_path: Path) -> None:
+    _, runner_cls, _ = _hooked(tmp_path)
+    config = KVConfig(
+        [Group(["layers.0.attn"], Spec(128)), Group(["layers.1.mixer"], MambaSpec(128))],  # type: ignore[list-item]
+        num_blocks=10,
+    )
+    runner_cls().initialize_kv_cache(config)
+    views = _written(tmp_path)["kernel_views"]
+    assert views and views[0]["first_layer"] == "layers.0.attn" and views[0]["kind"] == "other"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from canary.checks.startup.kv_groups import group_summaries, group_text
+from canary.checks.startup.kv_groups import attention_groups, attention_views, group_summaries, group_text
 from canary.checks.startup.layout import summarize
 from canary.config.load import load_config
 from canary.export.report.grid import kv_grain
@@ -51,3 +51,31 @@ def test_the_report_lists_every_group_of_a_hybrid_engine() -> None:
     assert grain.startswith("P 128/128 nixl 128 [sliding64 128/128 x1, sliding64 128/128 x1, ")
     assert grain.endswith("full 128/128 x1]")
     assert grain.count("[") == 2  # both engines
+
+
+def _gdn_record() -> dict[str, Any]:
+    """The tiny Qwen3-Next P/D engine as measured: 3 GDN state groups (MambaSpec, GDN_ATTN) before the one
+    full-attention group, the state views first, one NIXL region shared by all."""
+    state = {"spec": "MambaSpec", "kind": "mamba", "backends": ["GDN_ATTN"]}
+    full = {"spec": "FullAttentionSpec", "kind": "full", "backends": ["CPU_ATTN"]}
+    groups = [
+        {**kind, "group_id": i, "logical_block_size": 256, "kernel_block_sizes": [256], "declared": []}
+        for i, kind in enumerate([state, state, state, full])
+    ]
+    views = [
+        {"shape": [16384, 1, 1, 9728], "grain": "unknown", "bytes": 159383552, "kind": "mamba"},
+        {"shape": [16384, 2, 256, 64], "grain": "same", "bytes": 1073741824, "kind": "full"},
+    ]
+    return {"kv_cache_groups": groups, "kernel_views": views, "num_blocks": 16384}
+
+
+def test_the_gates_judge_the_attention_group_and_views_of_a_hybrid() -> None:
+    record = _gdn_record()
+    assert [g["group_id"] for g in attention_groups(record)] == [3]
+    assert [v["shape"] for v in attention_views(record)] == [[16384, 2, 256, 64]]
+    summary = summarize(record)
+    assert summary["backends"] == ["CPU_ATTN"] and summary["kernel_view_shape"] == [16384, 2, 256, 64]
+    untagged = _gdn_record()
+    for view in untagged["kernel_views"]:
+        del view["kind"]  # an older probe: every view is judged, as before
+    assert len(attention_views(untagged)) == 2
