@@ -23,16 +23,14 @@ TARGETS: dict[str, str] = {
     "kubernetes": "canary.targets.kubernetes.target:KubernetesTarget",
 }
 """target.kind -> "module:class"."""
-TAKES_SOURCE = frozenset({"local", "container"})
-"""Kinds that start engines here (canary.targets.engine_target.EngineTarget, one constructor shape): their
-preflight names the config file in its errors."""
 
 
 def create_target(config: CanaryConfig, *, source: str = "config") -> Target:
-    """The target named by config.target.kind (source: the config file, named in its errors)."""
+    """The target named by config.target.kind (source: the config file, named in its errors). Every target
+    class takes the same constructor: `(config, *, source)`."""
     kind = config.target.kind
     if kind not in TARGETS:
         raise CanaryError(f"unknown target kind {kind!r}; known: {', '.join(TARGETS)}")
     module, _, name = TARGETS[kind].partition(":")
     cls = getattr(importlib.import_module(module), name)
-    return cast("Target", cls(config, source=source) if kind in TAKES_SOURCE else cls(config))
+    return cast("Target", cls(config, source=source))  # every target: (config, *, source), no special case

@@ -33,9 +33,9 @@ class EndpointTarget:
 
     kind = "endpoint"
 
-    def __init__(self, config: CanaryConfig) -> None:
+    def __init__(self, config: CanaryConfig, *, source: str = "config") -> None:
         if config.target.endpoint is None:
-            raise CanaryError("target.kind is endpoint but target.endpoint is not set")
+            raise CanaryError(f"{source}: target.kind is endpoint but target.endpoint is not set")
         self.config = config
         self.settings: EndpointTargetConfig = config.target.endpoint
 

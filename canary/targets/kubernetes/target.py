@@ -95,6 +95,7 @@ class KubernetesTarget:
         self,
         config: CanaryConfig,
         *,
+        source: str = "config",
         api: Any | None = None,
         run: str | None = None,
         url_for: Callable[[str, str, int], str] = service_url,
@@ -108,6 +109,7 @@ class KubernetesTarget:
     ) -> None:
         settings = config.target.kubernetes
         self.config = config
+        self.source = source
         self.namespace = settings.namespace
         self.release = settings.release
         self.ready_timeout_s = float(settings.ready_timeout_s)

@@ -128,3 +128,16 @@ def test_pd_endpoint_servers_and_describe(stand_in: str) -> None:
     assert set(servers) == {"router", "prefill", "decode"}
     assert servers["decode"].base_url == "http://d:2"
     assert target.describe(plan(config).planned()[0])["starts"] == "nothing"
+
+
+def test_every_target_kind_is_built_the_same_way() -> None:
+    """Issue 44: the registry has no special case; each class takes (config, *, source)."""
+    import importlib
+    import inspect
+
+    from canary.targets import TARGETS
+
+    for kind, where in TARGETS.items():
+        module, _, name = where.partition(":")
+        params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+        assert "source" in params and params["source"].kind is inspect.Parameter.KEYWORD_ONLY, kind
