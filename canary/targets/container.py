@@ -74,6 +74,11 @@ def resource_args(flavour: Flavour, resources: EngineResources) -> list[str]:
     return args
 
 
+def env_args(env: Mapping[str, str], secret: set[str]) -> list[str]:
+    """`-e KEY=VALUE` per variable; `-e KEY` alone for a secret, whose value the CLI takes from its environment."""
+    return [arg for key, value in sorted(env.items()) for arg in ("-e", key if key in secret else f"{key}={value}")]
+
+
 def container_env(env: Mapping[str, str]) -> dict[str, str]:
     """An engine's env inside its container: host paths replaced by container paths."""
     out = {k: v for k, v in env.items() if k not in HOST_ONLY_ENV}
@@ -189,6 +194,7 @@ class ContainerRunner:
 
     def _launch(self, cell: Cell, plan: ServerPlan, model_path: str, images: Mapping[str, str]) -> Launch:
         name = self._container_name(cell, plan.role)
+        env, secret = container_env(plan.env), set(self.config.target.local.env_from)
         if plan.resources is not None:
             image = images[cell.image_for(plan.role)]
             command, options = self._engine(cell, plan, plan.resources, model_path, image)
@@ -203,12 +209,14 @@ class ContainerRunner:
             *("--label", f"{CELL_LABEL}={cell.k8s_name}", "--label", f"{ROLE_LABEL}={plan.role}"),
             *self._cgroup_args(),
             *options,
-            *[arg for key, value in sorted(container_env(plan.env).items()) for arg in ("-e", f"{key}={value}")],
+            *env_args(env, secret),
             *self.container.run_args,
             *("--entrypoint", command[0], image),
             *command[1:],
         ]
-        return Launch(plan, argv, self.cli_env(), name)
+        # A secret (target.local.env_from) goes to the container by name only (`-e NAME`): the CLI reads its
+        # value from its own environment, so no command line, `ps` or dry run shows it.
+        return Launch(plan, argv, self.cli_env() | {k: env[k] for k in secret if k in env}, name)
 
     def _engine(
         self, cell: Cell, plan: ServerPlan, resources: EngineResources, model_path: str, image: str

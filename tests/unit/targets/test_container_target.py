@@ -412,3 +412,19 @@ def test_two_keys_on_one_image_are_refused_unless_the_config_says_so() -> None:
         target.preflight(plan(config).planned(), dry_run=True)
     meant, config = _target(*same, "target.same_engine_ok=true")
     assert meant.preflight(plan(config).planned(), dry_run=True) == []
+
+
+def test_a_secret_reaches_the_container_by_name_never_on_its_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 41: target.local.env_from (HF_TOKEN) goes as `-e HF_TOKEN`; the CLI's own environment carries it."""
+    monkeypatch.setenv("CANARY_TEST_HF", "hf_s3cr3t_value")
+    target, config = _target('target.local.env_from={"HF_TOKEN": "CANARY_TEST_HF"}')
+    cell = _cell(config, "agg.cpu_attn.b32.auto.v1.baseline")
+    (server,) = target.describe(cell)["servers"]  # type: ignore[index]
+    argv: list[str] = server["argv"]
+    assert "HF_TOKEN" in _pairs(argv, "-e") and "hf_s3cr3t_value" not in " ".join(argv)
+    from canary.targets.engine_plan import placeholder_ports
+
+    builds = target.runner.builds(cell, dry_run=True, notes=[])
+    planned = target.planner.plan(cell, placeholder_ports(cell), builds, layout_root="/tmp/layout", dry_run=True)
+    (launch,) = target.runner.launches(cell, planned, log_dir=None)
+    assert launch.env["HF_TOKEN"] == "hf_s3cr3t_value", "the CLI hands the container the value by name"
