@@ -32,7 +32,8 @@ The method (docs/methodology/capacity.md has the reasoning):
   `fit_window` of the boundary, each weighted by its effective sample size, the dispersion between
   them estimated from their residuals; `interval` is its Fieller interval (Student's t, points - 2
   degrees of freedom) when the fit bounds it on both sides within the fitted probes' rates. Without
-  such a fit, the estimate is the highest passing rate below the lowest failing one (`bracket`) and
+  such a fit, the estimate is the geometric midpoint of the bracket (highest passing rate below the
+  lowest failing one, that failing rate; `estimate_basis` says which rule gave it) and
   the interval the conclusive one (`conclusive_interval`): probes pooled under monotonicity, [highest
   rate whose probes up to the lowest point failure confidently pass together, lowest rate above every
   point pass that over-saturated or whose probes from there confidently fail together], a share-based
@@ -443,12 +444,29 @@ class CapacityResult:
 
     @property
     def estimate(self) -> float | None:
-        """The capacity: the fitted crossing rate when the fit bounds an interval, else the highest rate at
-        which the SLO held below every rate at which it did not; None: none held."""
+        """The capacity: the fitted crossing rate when the fit bounds an interval, else the geometric midpoint
+        of the bracket (the point decisions put the crossing between its ends; its lower end alone sat on the
+        interval's lower bound: a bench run answered 167 [167, 283]), else the highest rate at which the SLO
+        held when what bounds it above is a rate the client could not measure; None: none held."""
+        return self._estimate()[0]
+
+    @property
+    def estimate_basis(self) -> str:
+        """How `estimate` was reached, in words (the report says it beside the interval)."""
+        return self._estimate()[1]
+
+    def _estimate(self) -> tuple[float | None, str]:
         fit = self.crossing
         if fit is not None and self.fitted_interval is not None:
-            return fit.rate
-        return self._best()[0]
+            return fit.rate, "fitted crossing"
+        lo, hi = self._best()
+        if lo is None:
+            return None, "none: the SLO held at no rate probed"
+        measured = {p.offered_rate for p in self.probes if p.invalid is None}
+        if hi is None or hi not in measured:
+            why = "nothing failed above it" if hi is None else f"the client could not measure {hi:.3g} req/s"
+            return lo, f"highest passing rate, a lower bound ({why})"
+        return math.sqrt(lo * hi), "no fitted crossing: the bracket's geometric midpoint"
 
     @property
     def half_width(self) -> float | None:
@@ -478,6 +496,7 @@ class CapacityResult:
         fit = self.crossing
         return {
             "estimate_rate": self.estimate,
+            "estimate_basis": self.estimate_basis,
             "bracket": list(self.bracket),
             "interval": [lower, upper],
             "conclusive_interval": list(self.conclusive_interval),

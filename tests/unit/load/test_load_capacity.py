@@ -313,3 +313,21 @@ def test_a_probe_that_would_overrun_the_time_budget_is_not_started() -> None:
     base = WorkloadSpec(base_url="http://127.0.0.1:1", model="m")
     measure = LoadMeasure(base=base, work_dir=Path("/nonexistent"), slo=SLO)
     assert measure.expected_seconds(4.0) == pytest.approx(80 / 4.0 + 3.0)
+
+
+def test_without_a_fit_the_estimate_lies_inside_its_interval_and_says_how_it_was_reached() -> None:
+    """A bench run (issue 43) answered 167 [167, 283] with no fitted crossing: the highest pass, on its own
+    lower bound. Without a fit the estimate is the bracket's geometric midpoint, strictly inside the
+    conclusive interval; the highest pass stays the answer (a lower bound) where nothing failed above it."""
+    slo = CapacitySlo(ttft_s=1.0, itl_s=0.05, attainment=0.9, confidence=0.9)
+    probes = [_probe(83.5, 835, requests=835), _probe(167.0, 1002, requests=1002), _probe(181.0, 500, effect=20.0)]
+    probes += [_probe(283.0, 100, requests=600, effect=30.0)]
+    found = CapacityResult(slo=slo, settings=SearchSettings(), probes=probes)
+    assert found.crossing is None or found.fitted_interval is None
+    lower, upper = found.interval
+    assert found.bracket == (167.0, 181.0)
+    assert found.estimate == pytest.approx(math.sqrt(167.0 * 181.0))
+    assert lower is not None and upper is not None and lower < found.estimate < upper, (lower, upper)
+    assert found.estimate_basis.startswith("no fitted crossing") and found.to_json()["estimate_basis"]
+    clean = CapacityResult(slo=slo, settings=SearchSettings(), probes=probes[:2])
+    assert clean.estimate == 167.0 and clean.estimate_basis.startswith("highest passing rate, a lower bound")
