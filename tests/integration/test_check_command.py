@@ -40,3 +40,23 @@ def test_check_judges_a_running_vllm_server(
     assert checks["throughput"]["metrics"]["requests_per_s"] > 0
     pid = agg_deployment.servers["aggregated"].pid
     assert pid is not None and pid_alive(pid)  # nothing was started or stopped
+
+
+def test_check_judges_a_running_pd_router(
+    pd_deployment: Deployment, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Behind a router: both engines' live config, parity against the pair's own prefill server, KV transfer."""
+    servers = pd_deployment.servers
+    argv = ["check", servers["router"].base_url, "--results-dir", str(tmp_path), "--gsm8k", "off"]
+    argv += ["--prefill-metrics-url", str(servers["prefill"].metrics_url)]
+    argv += ["--decode-metrics-url", str(servers["decode"].metrics_url)]
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err + out
+    (cell,) = json.loads((tmp_path / "latest" / "results.json").read_text())["cells"]
+    assert cell["cell"]["id"] == "pd.cpu_attn.p32-d32.auto.v1.endpoint"
+    checks = {c["name"]: c for c in cell["checks"]}
+    assert list(checks) == ["startup", "parity", "throughput", "kv_transfer"]
+    assert checks["startup"]["verdict"] == "pass", checks["startup"]["summary"]
+    assert checks["parity"]["verdict"] == "pass", checks["parity"]["summary"]
+    assert checks["kv_transfer"]["verdict"] == "pass", checks["kv_transfer"]["summary"]
