@@ -36,7 +36,7 @@ from canary.config import CanaryConfig
 from canary.errors import CanaryError
 from canary.images.table import find_series
 from canary.judge.results import CellResult, RunResult
-from canary.run.runner import Progress, default_progress
+from canary.run.cells import Progress, default_progress
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ writes it). Each step is that config with one change: the cell's image runs a pr
 series (`images.<key>.patches`, the local target builds the prefix's overlay once and caches it) or
 another image of a range (`target.container.images.<key>`), and only the checks that failed run
 (startup always does). Same seeds and gates: nothing else of the config changes. The step runs the
-cell with the runner (canary.run.runner.run_cell), which stops whatever it started, also on Ctrl-C.
+cell with the runner (canary.run.cells.run_cell), which stops whatever it started, also on Ctrl-C.
 
 Files: <run>/bisect/<cell>/series/prefix-NN/ (each prefix as a series of its own), and
 <run>/bisect/<cell>/step-NN-pKK/cells/<cell>/ (each step's logs and evidence); the report goes to
@@ -49,8 +49,8 @@ from canary.images.table import find_series
 from canary.judge.results import CellResult, RunResult, utc_now
 from canary.plan.cell import Cell
 from canary.plan.matrix import plan
+from canary.run.cells import Progress, default_progress, preflight, run_cell
 from canary.run.orchestrate import RUN_CONFIG_NAME
-from canary.run.runner import Progress, default_progress, preflight, run_cell
 from canary.targets import create_target
 
 RESULTS_JSON = "results.json"

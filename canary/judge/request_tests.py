@@ -6,7 +6,7 @@ read back from the baseline's raw load files; one Mann-Whitney U test and Hodges
 per metric (canary/core/request_stats.py). The raw comparisons go into the check's evidence under
 ``per_request``; the gates the check adds there are provisional (unadjusted p-values).
 
-After every cell ran (``apply_family_control``, called by canary/run/runner.py): Holm's step-down over
+After every cell ran (``apply_family_control``, called by canary/run/cells.py): Holm's step-down over
 every comparison of the run (all cells x metrics), then each gate is re-judged with its adjusted
 p-value and the throughput check's verdict is re-derived: a regression -> fail; too few samples
 or no baseline samples -> invalid (inconclusive: never a pass); otherwise pass. The caller then

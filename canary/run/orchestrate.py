@@ -17,8 +17,8 @@ from canary.export.report import point_latest, write_all
 from canary.export.report.trends import Trends, load_trends
 from canary.judge.results import RunResult
 from canary.plan.matrix import Plan
+from canary.run.cells import execute, new_run_id, preflight
 from canary.run.preflight import RESULTS_DIR_KEY, check_results_dir
-from canary.run.runner import execute, new_run_id, preflight
 from canary.run.wave_preview import wave_preview
 from canary.run.wave_run import execute_waves
 from canary.targets import create_target

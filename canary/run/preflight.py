@@ -4,7 +4,7 @@
 run is refused at the door, not after a night's deploy; they leave nothing behind (a directory the check
 created is removed again). What a target needs of this machine (the local target:
 every builtin model built) the target checks itself before its first deploy (`preflight`, called
-by canary.run.runner.execute).
+by canary.run.cells.execute).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Run a plan on Kubernetes in waves that fit the GPU budget, resuming the rotation.
 
-`execute_waves` is `canary.run.runner.execute` for `target.kubernetes.gpu_budget`: it picks tonight's
+`execute_waves` is `canary.run.cells.execute` for `target.kubernetes.gpu_budget`: it picks tonight's
 cells (`canary.plan.waves.select_night` with the rotation state of `canary.plan.rotation`), and for each
 wave deploys its cells (`canary.targets.kubernetes.waves.WaveDeployer`), runs each cell with the same
 `run_next_cell` as `execute` (checks, results, progress), and tears the wave down before the
@@ -25,7 +25,7 @@ from canary.judge.results import CellCoverage, CellResult, RunResult, utc_now
 from canary.plan.matrix import Plan
 from canary.plan.rotation import RotationState, load_state
 from canary.plan.waves import Schedule, select_night
-from canary.run.runner import Progress, default_progress, new_run, rejudge, run_cell, run_next_cell
+from canary.run.cells import Progress, default_progress, new_run, rejudge, run_cell, run_next_cell
 from canary.targets.kubernetes.target import KubernetesTarget
 from canary.targets.kubernetes.waves import WaveDeployer, WaveError
 

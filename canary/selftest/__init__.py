@@ -3,7 +3,7 @@
 Like mutation testing: real bugs, one per bug class the canary was built for, are planted into
 the real engine (patch series under tests/faults/, applied to a copy of the engine's vllm by the
 local target: canary.images.overlay), and each is run through the real pipeline (plan -> deploy -> check
--> judge, `canary.run.runner.execute`) with configs/selftest.yaml. A clean run (three times by
+-> judge, `canary.run.cells.execute`) with configs/selftest.yaml. A clean run (three times by
 default) must raise no alarm; every fault must make its expected check fail.
 
 How a fault's run is derived from the selftest config (see tests/faults/faults.yaml):

@@ -1,5 +1,5 @@
 """Running the selftest: the clean runs and one run per seeded fault, through the real pipeline
-(`canary.run.runner.execute`), each judged as it ends."""
+(`canary.run.cells.execute`), each judged as it ends."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from canary.selftest.model import (
 
 def _execute(config: CanaryConfig, run_dir: Path, clock: ProgressClock, config_path: str) -> RunResult:
     from canary.export.report import write_all
-    from canary.run.runner import execute
+    from canary.run.cells import execute
 
     run_dir.mkdir(parents=True, exist_ok=False)
     run = execute(config, plan(config), run_dir, config_path=config_path, progress=clock)
@@ -48,7 +48,7 @@ def run_selftest(
 ) -> SelftestResult:
     """Run the clean case `clean_runs` times and every (selected) fault once. `overrides` are
     `--set KEY=VALUE` overrides of the selftest config (applied to every run)."""
-    from canary.run.runner import default_progress
+    from canary.run.cells import default_progress
 
     say = printer or default_progress
     base = load_config(config_path, overrides)

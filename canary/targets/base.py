@@ -120,7 +120,7 @@ class Deployment:
 
 class Target(Protocol):
     """Deploys cells and tears them down. A target that can tell before its first deploy that a planned
-    cell cannot start also implements Preflight (canary.run.runner.preflight calls it)."""
+    cell cannot start also implements Preflight (canary.run.cells.preflight calls it)."""
 
     kind: str
 

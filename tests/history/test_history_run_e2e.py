@@ -18,7 +18,7 @@ from canary.export.history.store import open_store
 from canary.judge.results import RunResult
 from canary.paths import CONFIGS_DIR
 from canary.plan.cell import Cell
-from canary.run import runner
+from canary.run import cells
 from canary.targets.base import Deployment
 from tests.support.scripted_server import ScriptedServer
 
@@ -87,7 +87,7 @@ def _run(
     def create_target(config: CanaryConfig, **_: object) -> TwoServers:
         return target
 
-    monkeypatch.setattr(runner, "create_target", create_target)
+    monkeypatch.setattr(cells, "create_target", create_target)
     results = tmp_path / "results"
     code = cli.main(_args(results))
     captured = capsys.readouterr()

@@ -42,7 +42,7 @@ from canary.config.load import validate_config
 from canary.judge.results import CellResult
 from canary.plan.cell import Cell
 from canary.plan.matrix import plan
-from canary.run.runner import execute
+from canary.run.cells import execute
 from canary.targets.kubernetes.target import STARTUP_COMPLETE, KubernetesTarget
 
 NAMESPACE = "gpu"

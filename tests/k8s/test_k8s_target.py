@@ -457,7 +457,7 @@ def test_a_pod_that_restarts_while_its_cell_is_checked_is_a_named_death(
 ) -> None:
     """Issue 41 on the Kubernetes emulator (kmock, a stand-in for a cluster): decode's container restarts
     during the checks; the deployment's watch names it with the pod's exit code and its previous log."""
-    from canary.run.runner import engines_died
+    from canary.run.cells import engines_died
 
     cell = cells["pd"]
     deploy_pd(cluster, cell)

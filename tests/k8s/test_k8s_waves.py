@@ -193,13 +193,13 @@ class SamplingDeployer(WaveDeployer):
 def startup_stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
     """The one enabled check (a config must judge something) is stood in: the cells' Services do not
     resolve outside a cluster, and the orchestration is under test, not the startup check."""
-    import canary.run.runner
+    import canary.run.cells
     from canary.judge.results import CheckResult
 
     def startup(ctx: Any) -> CheckResult:
         return CheckResult(name="startup", verdict="pass", summary="stand-in: the pods are Ready in kmock")
 
-    monkeypatch.setattr(canary.run.runner, "registered", lambda: {"startup": startup})
+    monkeypatch.setattr(canary.run.cells, "registered", lambda: {"startup": startup})
 
 
 @pytest.fixture()
@@ -457,7 +457,7 @@ def test_a_night_applies_holm_and_its_last_lines_and_rotation_say_the_recorded_v
 ) -> None:
     """Wave runs never applied family control: a lone p = 0.02 stayed a fail in results and the rotation
     state. Now the night is re-judged as `execute` re-judges a run, and the re-judged cell is printed again."""
-    import canary.run.runner
+    import canary.run.cells
     from tests.support.crafted import crafted_throughput
 
     config = _config(tmp_path, job_deadline_s=3000)  # room for the load test's estimate in each wave
@@ -467,7 +467,7 @@ def test_a_night_applies_holm_and_its_last_lines_and_rotation_say_the_recorded_v
     def throughput(ctx: Any) -> Any:
         return crafted_throughput([0.02, 0.6, 0.7] if ctx.cell.id == first else [0.5, 0.6, 0.7])
 
-    monkeypatch.setattr(canary.run.runner, "registered", lambda: {"throughput": throughput})
+    monkeypatch.setattr(canary.run.cells, "registered", lambda: {"throughput": throughput})
     lines: list[str] = []
     run, _ = run_night(cluster, config, plan(config), tmp_path / "results" / "run-1", progress=lines.append)
     assert {r.verdict for r in run.cells} == {"pass"}, [(r.cell.id, r.reason) for r in run.cells]

@@ -27,7 +27,7 @@ from canary.judge.results import RunResult
 from canary.judge.verdicts import OUTCOME_CODES
 from canary.paths import CONFIGS_DIR
 from canary.plan.cell import Cell
-from canary.run import runner
+from canary.run import cells
 from canary.targets.base import Deployment
 from tests.support.scripted_server import ScriptedServer
 
@@ -100,7 +100,7 @@ def test_an_unmeasurable_cell_makes_the_run_inconclusive_everywhere(
     def create_target(config: CanaryConfig, **_: object) -> ScriptedTarget:
         return target
 
-    monkeypatch.setattr(runner, "create_target", create_target)
+    monkeypatch.setattr(cells, "create_target", create_target)
     results = tmp_path / "results"
     code = cli.main(_args(results, prom_stack.pushgateway_url))
     out = capsys.readouterr().out

@@ -63,8 +63,8 @@ class LoudTarget:
 def loud_target(monkeypatch: pytest.MonkeyPatch, *, real: bool = False) -> LoudTarget:
     """Install a LoudTarget wherever `canary run` creates its target; real: keep the real local target
     (and what it checks before a run) but make its deploy the LoudTarget's."""
+    import canary.run.cells as runner
     import canary.run.orchestrate as orchestrate
-    import canary.run.runner as runner
     from canary.targets.local import LocalTarget
 
     target = LoudTarget()

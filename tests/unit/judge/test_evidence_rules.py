@@ -26,7 +26,7 @@ from canary.judge.results import CheckResult, Gate, worst
 from canary.paths import CONFIGS_DIR
 from canary.plan.cell import Cell
 from canary.plan.matrix import find, plan
-from canary.run.runner import engines_died, execute
+from canary.run.cells import engines_died, execute
 from canary.targets import processes
 from canary.targets.base import Deployment, ServerInfo
 from canary.targets.liveness import describe_exit
@@ -223,7 +223,7 @@ def test_the_runner_stops_a_cell_whose_engine_died_and_names_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Through execute: cpu-default's known-bad cell, its checks 'fail' as expected, but decode exited."""
-    import canary.run.runner
+    import canary.run.cells
 
     ran: list[str] = []
 
@@ -236,7 +236,7 @@ def test_the_runner_stops_a_cell_whose_engine_died_and_names_it(
 
     fakes = {"startup": named("startup", "pass")}
     fakes |= {n: named(n, "fail") for n in ("parity", "accuracy", "kv_transfer")}
-    monkeypatch.setattr(canary.run.runner, "registered", lambda: fakes)
+    monkeypatch.setattr(canary.run.cells, "registered", lambda: fakes)
     config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["checks.throughput.enabled=false"])
     full = plan(config)
     the_plan = full.model_copy(update={"cells": tuple(c for c in full.cells if c.id == PD_KNOWN_BAD)})

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from tests.unit.run.test_cells import StandInTarget, _register_temp_checks
 
 from canary.checks.estimate import check_seconds
 from canary.config.load import load_config
@@ -14,7 +15,6 @@ from canary.judge.results import CellResult, CheckResult
 from canary.paths import CONFIGS_DIR
 from canary.plan.matrix import plan
 from canary.run.eta import START_S, Eta, about
-from tests.unit.run.test_runner import StandInTarget, _register_temp_checks
 
 
 class Clock:
@@ -70,7 +70,7 @@ def test_durations_read_at_a_glance() -> None:
 
 
 def test_every_planned_cells_progress_line_has_an_eta(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from canary.run.runner import execute
+    from canary.run.cells import execute
 
     _register_temp_checks(monkeypatch, "pass")
     config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["matrix.expectations=[]"])

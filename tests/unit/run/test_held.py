@@ -26,8 +26,8 @@ from canary.paths import CONFIGS_DIR
 from canary.plan.cell import Cell
 from canary.plan.matrix import plan
 from canary.run import held as held_module
+from canary.run.cells import execute
 from canary.run.held import HeldDeployments
-from canary.run.runner import execute
 from canary.targets.base import Deployment, Freezes
 from canary.targets.readiness import probe
 from tests.support.scripted_server import ScriptedServer
@@ -232,9 +232,9 @@ def test_a_run_deploys_the_baseline_once_and_its_paired_check_gets_it(
                 got[ctx.cell.id] = deployment
         return CheckResult(name="throughput", verdict="pass", summary="measured")
 
-    import canary.run.runner
+    import canary.run.cells
 
-    monkeypatch.setattr(canary.run.runner, "registered", lambda: {"startup": startup, "throughput": throughput})
+    monkeypatch.setattr(canary.run.cells, "registered", lambda: {"startup": startup, "throughput": throughput})
     target = FreezingTarget()
     run = execute(config, plan(config), tmp_path / "run", target=target, progress=lambda _: None)
     assert run.ok

@@ -23,8 +23,8 @@ from canary.judge.results import CheckResult
 from canary.paths import CONFIGS_DIR
 from canary.plan.cell import Cell
 from canary.plan.matrix import plan
+from canary.run.cells import execute
 from canary.run.orchestrate import write_results
-from canary.run.runner import execute
 from canary.targets.base import Deployment
 from tests.support.crafted import crafted_throughput
 from tests.support.scripted_server import ScriptedServer
@@ -117,14 +117,14 @@ def test_a_verdict_holm_changes_after_the_cell_is_reprinted_as_recorded(
     """A p of 0.02 fails its cell's line (provisional, and the line says so); Holm over the run's
     nine tests makes it 0.18, a pass: the run then prints the cell again with the verdict it records.
     (The check is crafted: a real load run cannot be made to land on p = 0.02.)"""
-    import canary.run.runner
+    import canary.run.cells
 
     config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["matrix.expectations=[]"])
     full = plan(config)
     cells = [c for c in full.cells if c.status == "planned"][:3]
     crafted = dict(zip((c.id for c in cells), ([0.02, 0.6, 0.7], [0.5, 0.6, 0.7], [0.3, 0.4, 0.9]), strict=True))
     monkeypatch.setattr(
-        canary.run.runner,
+        canary.run.cells,
         "registered",
         lambda: {"throughput": lambda ctx: crafted_throughput(crafted[ctx.cell.id])},
     )
@@ -161,12 +161,12 @@ def test_the_startup_line_and_duration_include_the_deploy_it_judged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`startup -> pass (0.0s)` followed a 16-26 s deploy: the check judges the deployment in no time."""
-    import canary.run.runner
+    import canary.run.cells
 
     def startup(ctx: object) -> CheckResult:
         return CheckResult(name="startup", verdict="pass", summary="ready")
 
-    monkeypatch.setattr(canary.run.runner, "registered", lambda: {"startup": startup})
+    monkeypatch.setattr(canary.run.cells, "registered", lambda: {"startup": startup})
     config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["matrix.expectations=[]"])
     full = plan(config)
     the_plan = full.model_copy(update={"cells": (next(c for c in full.cells if c.status == "planned"),)})

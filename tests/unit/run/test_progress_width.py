@@ -8,7 +8,7 @@ import io
 import pytest
 
 from canary.core.term import fit, terminal_width
-from canary.run.runner import default_progress
+from canary.run.cells import default_progress
 
 REASON = "throughput: " + ", ".join(f"ttft p{p} {p * 0.011:.3f}s within the gate of the baseline" for p in range(40))
 

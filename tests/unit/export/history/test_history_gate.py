@@ -21,7 +21,7 @@ from canary.load.stats import Sample
 from canary.paths import CONFIGS_DIR
 from canary.plan.cell import Cell
 from canary.plan.matrix import Plan
-from canary.run.runner import execute
+from canary.run.cells import execute
 from canary.targets.base import Deployment
 from tests.support.synth import requests, sample_cells
 
@@ -147,7 +147,7 @@ class _Target:
 def test_execute_applies_holm_and_records_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The runner hook: a cell failed by an unadjusted p (0.02) passes after Holm over the run, its
     cell verdict is re-derived, and the run lands in <results>/history.sqlite."""
-    import canary.run.runner
+    import canary.run.cells
 
     config = CanaryConfig.model_validate(yaml.safe_load((CONFIGS_DIR / "cpu-default.yaml").read_text()))
     cells = sample_cells()[3:6]
@@ -160,7 +160,7 @@ def test_execute_applies_holm_and_records_the_run(tmp_path: Path, monkeypatch: p
     def throughput(ctx: checks_base.CheckContext) -> CheckResult:
         return crafted[ctx.cell.id].model_copy(deep=True)
 
-    monkeypatch.setattr(canary.run.runner, "registered", lambda: {"throughput": throughput})
+    monkeypatch.setattr(canary.run.cells, "registered", lambda: {"throughput": throughput})
     the_plan = Plan(
         config_name="cpu-default",
         platform="cpu",

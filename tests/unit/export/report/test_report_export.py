@@ -110,7 +110,7 @@ def test_run_and_report_writes_prints_and_exports(tmp_path: Path, monkeypatch: p
     executed: list[Path] = []
 
     def stand_in_execute(config: CanaryConfig, plan: Plan, run_dir: Path, *, config_path: str = "") -> RunResult:
-        """Stand-in for canary.run.runner.execute: no engines, the sample run under the real run dir."""
+        """Stand-in for canary.run.cells.execute: no engines, the sample run under the real run dir."""
         assert [c.id for c in plan.cells] == [c.id for c in the_plan.cells]
         executed.append(run_dir)
         (run_dir / "cells").mkdir()

@@ -20,7 +20,7 @@ from canary.judge.results import CheckResult
 from canary.paths import CONFIGS_DIR
 from canary.plan.cell import Cell
 from canary.plan.matrix import find, plan
-from canary.run.runner import execute
+from canary.run.cells import execute
 from canary.targets.base import Deployment
 
 
@@ -169,11 +169,11 @@ def test_turning_an_expected_check_off_is_not_an_unexpected_pass(
     def named(name: str, outcome: str) -> checks_base.CheckFn:
         return lambda ctx: _check(name, outcome)
 
-    import canary.run.runner
+    import canary.run.cells
 
     fakes = {"startup": named("startup", "pass"), "throughput": named("throughput", "pass")}
     fakes |= {name: named(name, "fail") for name in ("parity", "accuracy", "kv_transfer")}
-    monkeypatch.setattr(canary.run.runner, "registered", lambda: fakes)
+    monkeypatch.setattr(canary.run.cells, "registered", lambda: fakes)
     config = load_config(CONFIGS_DIR / "cpu-default.yaml", [f"checks.{name}.enabled=false" for name in disabled])
     run = execute(config, plan(config), tmp_path / "run", target=StandInTarget(), progress=lambda _: None)
     cell = next(c for c in run.cells if c.cell.id == "pd.cpu_attn.p32-d64.auto.v1.baseline")
@@ -190,9 +190,9 @@ def _register_temp_checks(monkeypatch: pytest.MonkeyPatch, accuracy_verdict: str
             raise RuntimeError("boom")
         return _check("accuracy", accuracy_verdict)
 
-    import canary.run.runner
+    import canary.run.cells
 
-    monkeypatch.setattr(canary.run.runner, "registered", lambda: {"startup": startup, "accuracy": accuracy})
+    monkeypatch.setattr(canary.run.cells, "registered", lambda: {"startup": startup, "accuracy": accuracy})
 
 
 def test_execute_runs_planned_cells_and_tears_each_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -252,9 +252,9 @@ def test_a_serving_cell_whose_startup_check_fails_is_still_checked(
     def accuracy(ctx: checks_base.CheckContext) -> CheckResult:
         return _check("accuracy", "pass")
 
-    import canary.run.runner
+    import canary.run.cells
 
-    monkeypatch.setattr(canary.run.runner, "registered", lambda: {"startup": startup, "accuracy": accuracy})
+    monkeypatch.setattr(canary.run.cells, "registered", lambda: {"startup": startup, "accuracy": accuracy})
     config = load_config(CONFIGS_DIR / "cpu-default.yaml", ["matrix.expectations=[]"])
     run = execute(config, plan(config), tmp_path / "run", target=StandInTarget(), progress=lambda _: None)
     cell = next(c for c in run.cells if c.cell.id == "agg.cpu_attn.b32.auto.v1.baseline")
