@@ -89,3 +89,32 @@ def group_text(group: Mapping[str, Any]) -> str:
     if group.get("nixl_shared_regions"):
         text += f"+{group['nixl_shared_regions']} shared"
     return text
+
+
+def kernel_step_problems(record: Mapping[str, Any]) -> list[str] | None:
+    """Why the runner's kernel block list is out of step with the KV cache groups (the seeds' hazard: vLLM
+    indexes kernel_block_sizes by group id and skips some groups when it builds the list), [] when it is in
+    step, None when the probe did not record the list (an older probe). In step: one entry per group, each
+    dividing its group's logical block (a state group keeps its own block)."""
+    sizes = record.get("runner_kernel_block_sizes")
+    if not isinstance(sizes, list):
+        return None
+    groups = [g for g in record.get("kv_cache_groups") or [] if isinstance(g, Mapping)]
+    if len(sizes) != len(groups):
+        return [
+            f"{len(sizes)} kernel block sizes {sizes} for {len(groups)} KV cache groups: indexed by group id, "
+            "they are out of step from the first group skipped"
+        ]
+    problems = []
+    for group, size in zip(groups, sizes, strict=True):
+        logical = _int(group.get("logical_block_size"))
+        kernel = _int(size)
+        if logical is None or kernel is None:
+            continue
+        state = group.get("kind") in STATE_KINDS
+        if (state and kernel != logical) or logical % kernel:
+            problems.append(
+                f"group {group.get('group_id')} ({group.get('kind') or group.get('spec')}): kernel block {kernel} "
+                f"for logical {logical}" + (" (a state group keeps its block)" if state else " (does not divide it)")
+            )
+    return problems

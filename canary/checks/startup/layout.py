@@ -34,7 +34,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from canary.checks.startup import declared as declared_sizes
-from canary.checks.startup.kv_groups import attention_groups, attention_views, group_summaries
+from canary.checks.startup.kv_groups import (
+    attention_groups,
+    attention_views,
+    group_summaries,
+    kernel_step_problems,
+)
 from canary.config import CanaryConfig
 from canary.config.catalog import KernelBlockSizes
 from canary.judge.results import Gate
@@ -191,6 +196,13 @@ def judge_engine(
         judgement.evidence.setdefault("unknown", []).append(f"{role}: no KV cache group with a kernel block recorded")
         return
     judge_kernel_block(judgement, role, group, believed, believed_source, config, image)
+    step = kernel_step_problems(record)
+    if step is not None:
+        judgement.add(
+            f"layout-groups-{role}",
+            not step,
+            "; ".join(step) or "kernel block sizes in step with every KV cache group",
+        )
     logical = int(group["logical_block_size"])
     kernel = int(group["kernel_block_sizes"][0])
     num_blocks = int(record.get("num_blocks") or 0)

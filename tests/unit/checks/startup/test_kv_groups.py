@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from canary.checks.startup.kv_groups import attention_groups, attention_views, group_summaries, group_text
-from canary.checks.startup.layout import summarize
+from canary.checks.startup.kv_groups import (
+    attention_groups,
+    attention_views,
+    group_summaries,
+    group_text,
+    kernel_step_problems,
+)
+from canary.checks.startup.layout import judge_layouts, summarize
 from canary.config.load import load_config
 from canary.export.report.grid import kv_grain
 from canary.judge.results import CellResult, CheckResult
@@ -79,3 +85,30 @@ def test_the_gates_judge_the_attention_group_and_views_of_a_hybrid() -> None:
     for view in untagged["kernel_views"]:
         del view["kind"]  # an older probe: every view is judged, as before
     assert len(attention_views(untagged)) == 2
+
+
+def test_a_kernel_list_out_of_step_with_the_groups_fails_the_groups_gate() -> None:
+    """The seeds' indexing hazard: vLLM skips a group when it builds kernel_block_sizes, so the list indexed
+    by group id is shifted. In step (as measured on every family) the gate holds."""
+    record = _gdn_record()
+    record["runner_kernel_block_sizes"] = [256, 256, 256, 256]
+    assert kernel_step_problems(record) == []
+    record["runner_kernel_block_sizes"] = [256, 256, 256]
+    (short,) = kernel_step_problems(record) or [""]
+    assert "3 kernel block sizes" in short and "4 KV cache groups" in short
+    record["runner_kernel_block_sizes"] = [256, 256, 128, 256]  # a state group split like attention
+    assert any("group 2 (mamba)" in p for p in kernel_step_problems(record) or [])
+    del record["runner_kernel_block_sizes"]
+    assert kernel_step_problems(record) is None  # an older probe: not judged
+
+
+def test_the_groups_gate_runs_in_the_startup_layout_judgement() -> None:
+    config = load_config(REPO_ROOT / "configs/cpu-families.yaml", [])
+    cell = next(c for c in plan(config).planned() if c.model == "qwen3-next" and c.topology == "aggregated")
+    record = _gdn_record()
+    record["runner_kernel_block_sizes"] = [256, 256, 256]
+    gates = {g.name: g for g in judge_layouts(cell, {"aggregated": record}, config).gates}
+    assert gates["layout-groups-aggregated"].passed is False
+    record["runner_kernel_block_sizes"] = [256] * 4
+    gates = {g.name: g for g in judge_layouts(cell, {"aggregated": record}, config).gates}
+    assert gates["layout-groups-aggregated"].passed is True
