@@ -163,6 +163,7 @@ def test_aggregated_cell_passes_with_live_config(agg_deployment: Deployment, tmp
     assert {g.name: g.passed for g in result.gates} == {
         "live-config-aggregated": True,
         "layout-kernel-block-aggregated": True,
+        "layout-groups-aggregated": True,
         "layout-tensor-grain-aggregated": True,
     }
 
@@ -182,7 +183,7 @@ def test_pd_cell_passes_with_live_config_on_both_engines(
         "live-config-decode",
         *(
             f"layout-{gate}-{role}"
-            for gate in ("kernel-block", "tensor-grain", "nixl-grain")
+            for gate in ("kernel-block", "groups", "tensor-grain", "nixl-grain")
             for role in ("prefill", "decode")
         ),
     }
