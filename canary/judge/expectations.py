@@ -74,10 +74,10 @@ def _check_fail(
         others = [c for c in covered if c.name not in expected]
         if others:  # a failure the expectation does not cover is never masked
             return "fail", _lines(others)
+    if died is not None:  # the crash the expectation names; checks that errored met the dying server
+        return "expected-fail", f"{expect.reason} ({died.summary})"
     if errors:  # a crashed check measured nothing: it is never the known bug, and the run must say so
         return "error", f"{_lines(errors)} (expected failure not judged: {expect.reason})"
-    if died is not None and not covered:
-        return "expected-fail", f"{expect.reason} ({died.summary})"
     if expect.failing_checks is None:
         if covered:
             return "expected-fail", f"{expect.reason} ({_lines(covered)})"

@@ -85,7 +85,10 @@ def run_checks(ctx: CheckContext, progress: Progress, deploy_s: float = 0.0) -> 
         progress(f"  {ctx.cell.id}: {check_line(result, deploy_s if name == 'startup' else None)}")
         if name == "startup" and result.verdict != "pass" and result.evidence.get("serving") is not True:
             break  # nothing to check; a serving cell that runs another config/layout is still checked
-        died = engines_died(ctx.deployment, during=name)
+        # A check that crashed may have met a server on its way down (HTTP 500 while the engine core dies,
+        # the process exiting a moment later): give it DEATH_GRACE_S to show before judging it alive.
+        grace = DEATH_GRACE_S if result.verdict == "error" else 0.0  # a fail was answered: no wait
+        died = engines_died(ctx.deployment, during=name, grace_s=grace)
         if died is not None:  # what the later checks would measure is a dead server: stop, name the death
             results.append(died)
             ctx.checked[died.name] = died
@@ -94,13 +97,27 @@ def run_checks(ctx: CheckContext, progress: Progress, deploy_s: float = 0.0) -> 
     return results
 
 
-def engines_died(deployment: Deployment, during: str) -> CheckResult | None:
+DEATH_GRACE_S = 10.0
+"""How long the runner watches for a server to exit after a check that crashed (a dying vLLM answers 500 for
+a moment before its process ends); a check that failed on answers it got costs no wait."""
+DEATH_POLL_S = 0.5
+
+
+def engines_died(
+    deployment: Deployment, during: str, grace_s: float = 0.0, sleep: Callable[[float], None] = time.sleep
+) -> CheckResult | None:
     """A failed `engines` result naming every server of the cell that died (role, exit status or
-    signal, when, the log lines before it), or None while all run (or the target cannot tell)."""
-    try:
-        found = deployment.deaths()
-    except Exception as exc:  # a watch that breaks must not hide the checks' results
-        return CheckResult(name=ENGINES_CHECK, verdict="error", summary=f"cannot watch the servers: {exc}")
+    signal, when, the log lines before it), or None while all run (or the target cannot tell); with
+    grace_s, watched that long before saying they all run."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            found = deployment.deaths()
+        except Exception as exc:  # a watch that breaks must not hide the checks' results
+            return CheckResult(name=ENGINES_CHECK, verdict="error", summary=f"cannot watch the servers: {exc}")
+        if found or deployment.exit_status is None or time.monotonic() >= deadline:
+            break
+        sleep(DEATH_POLL_S)
     if not found:
         return None
     return CheckResult(

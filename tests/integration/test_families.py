@@ -58,12 +58,14 @@ def test_the_sliding_window_pair_passes_with_every_kv_group_recorded(families: F
 @pytest.mark.slow
 def test_the_mamba_prefix_caching_crash_is_named_never_passed(families: FamiliesRun) -> None:
     """The engine dies on the first prompt over its 256-token block (measured: IndexError in mamba_mixer2.py,
-    EngineDeadError, HTTP 500). The check that met the death crashed, which the judge (issue 41) never counts
-    as the expected failure: the cell is error (expected-fail where the runner saw the death first) with the
-    expectation's reason, and the run is not OK."""
+    EngineDeadError, HTTP 500). The check that met the death crashed; the runner waits its grace for the server
+    to exit and names the death (the `engines` result), which is the crash the expectation names
+    (engine_dies): expected-fail with the expectation's reason and the death."""
     crash = next(c for c in families.run.cells if c.cell.model == "nemotron-h-pc")
     assert crash.cell.expect is not None and crash.cell.expect.engine_dies
-    assert crash.verdict in ("error", "expected-fail"), (crash.verdict, crash.reason)
-    assert "prefix caching on" in (crash.reason or ""), crash.reason
+    assert crash.verdict == "expected-fail", (crash.verdict, crash.reason)
+    assert "prefix caching on" in (crash.reason or "") and "server died" in (crash.reason or ""), crash.reason
+    engines = crash.check("engines")
+    assert engines is not None and engines.verdict == "fail" and engines.evidence["deaths"][0]["role"] == "aggregated"
     log = (families.run_dir / "cells" / crash.cell.id / "logs" / "aggregated.log").read_text()
     assert "varlen_states[last_chunk_indices_p]" in log and "IndexError" in log

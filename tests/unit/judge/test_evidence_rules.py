@@ -82,6 +82,12 @@ def test_an_expectation_that_names_the_crash_covers_it() -> None:
     assert verdict == "expected-fail" and "decode crashes" in reason
     verdict, _ = apply_expectation(cell, [_check("startup", "pass"), DIED])
     assert verdict == "expected-fail"
+    # the check that met the dying server errored: a consequence of the named crash, not a missing measurement
+    verdict, reason = apply_expectation(cell, [_check("startup", "pass"), _check("parity", "error"), DIED])
+    assert verdict == "expected-fail" and "decode server died" in reason
+    # the same errors without a death seen: nothing shows the named crash happened
+    verdict, _ = apply_expectation(cell, [_check("startup", "pass"), _check("parity", "error")])
+    assert verdict == "error"
 
 
 def test_engine_dies_is_refused_outside_check_fail() -> None:
@@ -186,6 +192,14 @@ def test_the_watch_names_a_server_killed_by_a_signal_with_its_log(tmp_path: Path
     (death,) = died.evidence["deaths"]
     assert "EngineCore encountered an issue" in (death["cause"] or "")
     assert any("EngineCore" in line for line in death["log_tail"])
+
+
+def test_the_watch_waits_its_grace_for_a_server_on_its_way_down(tmp_path: Path) -> None:
+    with _server(tmp_path, "import time, sys; time.sleep(1.5); sys.exit(3)") as (deployment, proc):
+        assert proc.alive()
+        assert engines_died(deployment, during="parity") is None, "no grace: it still runs"
+        died = engines_died(deployment, during="parity", grace_s=20.0)
+    assert died is not None and "exited with status 3" in died.summary
 
 
 def test_the_watch_says_nothing_while_the_server_runs(tmp_path: Path) -> None:
