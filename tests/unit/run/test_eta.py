@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-from tests.unit.run.test_cells import StandInTarget, _register_temp_checks
 
 from canary.checks.estimate import check_seconds
 from canary.config.load import load_config
@@ -15,6 +14,7 @@ from canary.judge.results import CellResult, CheckResult
 from canary.paths import CONFIGS_DIR
 from canary.plan.matrix import plan
 from canary.run.eta import START_S, Eta, about
+from tests.unit.run.test_cells import StandInTarget, _register_temp_checks
 
 
 class Clock:
