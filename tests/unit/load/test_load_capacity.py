@@ -331,3 +331,19 @@ def test_without_a_fit_the_estimate_lies_inside_its_interval_and_says_how_it_was
     assert found.estimate_basis.startswith("no fitted crossing") and found.to_json()["estimate_basis"]
     clean = CapacityResult(slo=slo, settings=SearchSettings(), probes=probes[:2])
     assert clean.estimate == 167.0 and clean.estimate_basis.startswith("highest passing rate, a lower bound")
+
+
+def test_refining_never_probes_at_or_above_an_over_saturated_rate_that_the_fit_cannot_use() -> None:
+    """A bench run (2026-12-05, server on one core) fitted a crossing near 41 req/s and, refining 10% above it,
+    probed one over-saturated 45 req/s four times: none entered the fit. The next probe goes between the
+    crossing and that rate instead."""
+    from canary.load.capacity import _next_rate
+
+    slo = CapacitySlo(ttft_s=1.0, itl_s=0.05, attainment=0.9, confidence=0.9)
+    probes = [_probe(26.1, 261, requests=261), _probe(36.9, 369, requests=369)]
+    probes += [_probe(40.3, 385, requests=403, effect=20.0), _probe(43.9, 69, requests=439, effect=20.0)]
+    probes += [_probe(45.0, 4, requests=450, saturated="queueing grew")]
+    found = CapacityResult(slo=slo, settings=SearchSettings(), probes=probes)
+    assert found.crossing is not None and 40.3 < found.crossing.rate < 43.9
+    rate = _next_rate(found)
+    assert rate is not None and found.crossing.rate * 1.02 < rate < 45.0, (rate, found.crossing.rate)
