@@ -440,6 +440,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="every method's client's cores (the bench and all it starts); empty: not placed",
     )  # fmt: skip
     parser.add_argument("--repeats", type=int, default=1, help="repeats of every method, in a rotated order")
+    parser.add_argument(
+        "--first-repeat", type=int, default=1, help="the first repeat's number: continues a rotation in a later run"
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run: shorter probes, smaller budgets")
     args = parser.parse_args(argv)
     if args.start_rate != "closed":
@@ -479,10 +482,12 @@ def place(args: argparse.Namespace, server_root: set[int]) -> dict[str, Any]:
     return placement
 
 
-def rotation(methods: list[str], repeats: int) -> list[list[str]]:
-    """The methods' order in each repeat: rotated by one each time, so that drift of the machine (a warm
-    server, others' load) favours none: ours,guidellm,aiperf then guidellm,aiperf,ours then aiperf,ours,guidellm."""
-    return [methods[i % len(methods) :] + methods[: i % len(methods)] for i in range(repeats)] if methods else []
+def rotation(methods: list[str], repeats: int, first: int = 1) -> list[list[str]]:
+    """The methods' order in repeats first, first + 1, ...: rotated by one each time, so that drift of the machine
+    (a warm server, others' load) favours none: ours,guidellm,aiperf then guidellm,aiperf,ours then
+    aiperf,ours,guidellm. `first` continues a rotation in a later run."""
+    n = len(methods)
+    return [methods[i % n :] + methods[: i % n] for i in range(first - 1, first - 1 + repeats)] if methods else []
 
 
 def run_method(
@@ -491,6 +496,7 @@ def run_method(
     """One method's search, its client's CPU measured around it."""
     server_cores = cores(args.server_cpus) if args.server_cpus else set()
     before = (core_busy_s(server_cores), tree_cpu_s(args.server_pids))
+    work.mkdir(parents=True, exist_ok=True)  # a peer run first in a repeat writes its scenario there
     with ClientCpu(args.server_pids) as cpu:
         if method == "ours":
             row = ours(args, url, model, pool, work)
@@ -574,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
             pool, where = token_pool([url], model)
             results.update(server=url, model=model, token_pool_from=where)
             warm_up(url, model, pool, work, args)
-            for repeat, order in enumerate(rotation(methods, args.repeats), start=1):
+            for repeat, order in enumerate(rotation(methods, args.repeats, args.first_repeat), start=args.first_repeat):
                 for method in order:
                     print(
                         f"[capacity-bench] repeat {repeat}: {method} ... (load average {os.getloadavg()})",

@@ -105,6 +105,7 @@ def test_every_method_leads_once_and_takes_every_place_once_across_the_repeats()
     assert orders == [["ours", "guidellm", "aiperf"], ["guidellm", "aiperf", "ours"], ["aiperf", "ours", "guidellm"]]
     for place in range(3):
         assert sorted(order[place] for order in orders) == ["aiperf", "guidellm", "ours"]
+    assert bench.rotation(["ours", "guidellm", "aiperf"], 2, first=2) == orders[1:]
     assert bench.cores("0") == {0} and bench.cores("0-2,5") == {0, 1, 2, 5}
 
 
