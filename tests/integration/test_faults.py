@@ -103,7 +103,8 @@ def test_fault_08_a_candidate_images_numerics_change_is_reported_as_drift(tiny_m
     baseline = by_image.pop(run.baseline_image or "")
     (candidate,) = by_image.values()
     clean = baseline.check("parity")
-    assert clean is not None and clean.verdict == "pass", clean and clean.summary
+    # the baseline's own reference has nothing to drift from: measured, not gated (issue 41), never "pass"
+    assert clean is not None and clean.verdict == "ungated", clean and clean.summary
     assert not any(g.name.startswith("drift-") for g in clean.gates)  # the baseline is not compared with itself
     parity = candidate.check("parity")
     assert parity is not None and parity.verdict == "fail", parity and parity.summary
