@@ -277,8 +277,9 @@ def test_throughput_check_on_real_aggregated_server(agg_deployment: Deployment, 
     before = _engine_latency(metrics_url.removesuffix("/metrics"))
     result = throughput_check(ctx)
     after = _engine_latency(metrics_url.removesuffix("/metrics"))
-    assert result.verdict in ("pass", "invalid"), result.summary
-    assert result.verdict == "pass" or result.metrics["client_valid"] == 0.0
+    # no floor, no baseline: the load's own gates only, so its speed is measured, not judged (issue 41)
+    assert result.verdict in ("ungated", "invalid"), result.summary
+    assert result.verdict == "ungated" or result.metrics["client_valid"] == 0.0
     samples = _assert_exact_counts(tmp_path, 64, 32)
     requests = after[1] - before[1]
     assert requests == len(samples)  # every request reached the engine, once
@@ -319,8 +320,9 @@ def test_throughput_check_through_pd_router(pd_deployment: Deployment, tmp_path:
     ctx = _check_ctx(pd_deployment.base_url, pd_deployment.served_model, tmp_path, *_engine_overrides())
     ctx.deployment = pd_deployment
     result = throughput_check(ctx)
-    assert result.verdict in ("pass", "invalid"), result.summary
-    assert result.verdict == "pass" or result.metrics["client_valid"] == 0.0
+    # no floor, no baseline: the load's own gates only, so its speed is measured, not judged (issue 41)
+    assert result.verdict in ("ungated", "invalid"), result.summary
+    assert result.verdict == "ungated" or result.metrics["client_valid"] == 0.0
     assert result.evidence["endpoint"] == pd_deployment.base_url  # the router, not a server behind it
     samples = _assert_exact_counts(tmp_path, 64, 32)
     _assert_prefix_cache_counted(result, {"prefill": len(samples) * 64, "decode": len(samples) * 64}, connector=True)
