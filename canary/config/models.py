@@ -37,7 +37,8 @@ class ModelSpec(Strict):
     attention: Literal["mha", "mla"] = Field("mha", description="Attention kind; MLA models need MLA backends.")
     family: str = Field(
         "dense",
-        description="KV family, a key of the catalog's `families` (configs/backends.yaml): dense, sliding-window, mla, "
+        description="KV family, a key of the catalog's `families` (configs/backends.yaml): dense (mla when "
+        "`attention: mla`), sliding-window, mla, "
         "gdn-hybrid, mamba-hybrid. The planner reads which backends serve it and where vLLM rewrites --block-size for "
         "it (a cell asking another block then runs another config than asked, unless an expectation names it).",
     )
@@ -54,6 +55,14 @@ class ModelSpec(Strict):
         None, description="Expected GSM8K flexible-extract accuracy of a healthy deployment (the absolute gate)."
     )
     extra_args: list[str] = Field(default_factory=list, description="Extra engine CLI args for this model.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mla_models_are_the_mla_family(cls, data: Any) -> Any:
+        """`attention: mla` without a family is the mla family (its backends are the MLA ones), not dense."""
+        if isinstance(data, dict) and data.get("attention") == "mla" and "family" not in data:
+            return {**data, "family": "mla"}
+        return data
 
 
 class ImageSpec(Strict):
