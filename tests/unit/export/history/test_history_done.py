@@ -95,9 +95,11 @@ def test_the_run_hook_records_and_exports_a_recent_change_point(tmp_path: Path) 
     assert values[9] == pytest.approx(0.23, abs=0.04)
 
 
-def test_the_run_hook_never_fails_the_run(tmp_path: Path) -> None:
+def test_the_run_hook_never_fails_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = synth_run(tmp_path / "r1", 1, request_count=20)
-    lines = record_run(run, HistoryConfig(url="postgresql://u:secret@127.0.0.1:1/db"), tmp_path)
+    monkeypatch.setenv("CANARY_TEST_HISTORY_PW", "secret")  # a password lives in the environment, never the URL
+    config = HistoryConfig(url="postgresql://u@127.0.0.1:1/db", password_env="CANARY_TEST_HISTORY_PW")
+    lines = record_run(run, config, tmp_path)
     assert len(lines) == 1 and lines[0].startswith("history: FAILED, cannot connect")
     assert "secret" not in lines[0]
     assert record_run(run, HistoryConfig(enabled=False), tmp_path) == []

@@ -56,9 +56,9 @@ def test_the_chart_says_its_cell_its_capacity_and_its_slo_inside_the_svg(run: Ru
     search = next(s for s in _ran(run) if s.result.cell.id == "agg.cpu_attn.b32.auto.v1.baseline")
     text = _texts(_svg(search))
     assert "agg.cpu_attn.b32.auto.v1.baseline" in text
-    assert "SLO capacity 22.6 req/s [22.6, 26.9]" in text
+    assert "SLO capacity 24.7 req/s [22.6, 26.9]" in text
     assert "SLO 1000 ms" in text and "SLO 50 ms" in text and "target 90%" in text
-    assert "offered rate (req/s, log scale)" in text and "capacity 22.6" in text
+    assert "offered rate (req/s, log scale)" in text and "capacity 24.7" in text
 
 
 @pytest.mark.parametrize(("panel", "key", "limit"), [("ttft", "ttft_p99_s", 1.0), ("itl", "itl_p99_s", 0.05)])
@@ -133,7 +133,7 @@ def test_html_has_the_section_with_the_gain_table_and_its_assumption(run: RunRes
     table = section[section.index("<table class='gain'>") :]
     assert table.count("<tr>") == 1 + 5  # header + the P/D cells with a gain block
     assert "linear-scaling assumption: no 2-engine aggregated deployment is measured" in section
-    assert "0.13 [0.0983, 0.137] (control x2)" in table
+    assert "0.119 [0.0983, 0.137] (control x2)" in table
     assert "none: the capacity search of this cell found no rate at which the SLO held" in table
     assert "the throughput measurement was error" in section
 
@@ -152,7 +152,7 @@ def test_markdown_has_a_line_per_cell_and_the_gain_table(run: RunResult) -> None
     assert "Aggregated control scaled x2, linear-scaling assumption" in section
     assert (
         "| baseline | CPU_ATTN | p32-d32 | pd.cpu_attn.p32-d32.auto.v1.baseline | 5.89 req/s [5.29, 6.18] | "
-        "agg.cpu_attn.b32.auto.v1.baseline | 22.6 req/s [22.6, 26.9] | 0.13 [0.0983, 0.137] (control x2) |"
+        "agg.cpu_attn.b32.auto.v1.baseline | 24.7 req/s [22.6, 26.9] | 0.119 [0.0983, 0.137] (control x2) |"
     ) in section
 
 
