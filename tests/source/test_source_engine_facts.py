@@ -25,7 +25,11 @@ CANARY_FLAGS = (
     "--tensor-parallel-size",
     "--gpu-memory-utilization",
 )
-FLAG_USERS = ("canary/targets/engine_plan.py", "helm/vllm-pd/templates/servers.yaml", "helm/vllm-pd/templates/_helpers.tpl")
+FLAG_USERS = (
+    "canary/targets/engine_plan.py",
+    "helm/vllm-pd/templates/servers.yaml",
+    "helm/vllm-pd/templates/_helpers.tpl",
+)
 
 
 def _canary_text() -> str:
