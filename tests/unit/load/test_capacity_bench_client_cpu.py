@@ -44,7 +44,8 @@ def test_a_clients_cpu_is_counted_and_the_servers_is_not() -> None:
         server.wait()
     found = cpu.to_json()
     # reaped: at least the client's 0.5 s (a child an earlier test left may be reaped in the window too)
-    assert found["children_reaped_s"] >= 0.5 and found["cpu_s"] >= 0.5, found
+    # the kernel counts CPU in 10 ms ticks: 0.5 s of spinning may read one or two ticks short
+    assert found["children_reaped_s"] >= 0.48 and found["cpu_s"] >= 0.48, found
     # sampled: the client's (less its last < 0.1 s), never the server's >= 1 s
     assert 0.35 <= found["children_sampled_s"] < 0.9, found
     assert found["processes_seen"] >= 1 and found["wall_s"] > 0
