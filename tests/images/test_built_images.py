@@ -191,7 +191,14 @@ def test_the_controller_image_runs_the_cli(podman: Podman, images: Images) -> No
 
 
 def test_the_controller_image_plans_the_default_matrix(podman: Podman, images: Images) -> None:
-    done = _run(podman, images.canary, "plan", "configs/cpu-default.yaml", workdir="/opt/canary/app")
+    # the image's user (10001) cannot write under /opt/canary/app, and plan refuses a results directory that
+    # could not hold runs (issue 41): point it where the user can write, as the chart's results volume does
+    done = _run(
+        podman,
+        images.canary,
+        *("plan", "configs/cpu-default.yaml", "--set", "export.results_dir=/tmp/results"),
+        workdir="/opt/canary/app",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     cells = re.findall(r"\b(?:agg|pd)\.cpu_attn\.[\w.-]+", done.stdout)
     assert len(set(cells)) >= 5, done.stdout

@@ -118,7 +118,8 @@ def test_control_accuracy_clears_the_heldout_gate(control: CellResult) -> None:
 
 def test_control_records_parity_reference_null_arm_and_evidence(control: CellResult) -> None:
     result = control.check("parity")
-    assert result is not None and result.verdict == "pass", result.summary
+    # the control's own reference: measured for the P/D cells, with nothing to drift from (issue 41: ungated)
+    assert result is not None and result.verdict == "ungated", result.summary
     rows = result.evidence["reference"]
     lengths = [row["length"] for row in rows]
     block = control.cell.prefill_block_size

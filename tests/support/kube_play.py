@@ -178,6 +178,8 @@ def controller_values(
     return {
         "image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"},
         "config": config_text,
+        # the pairs are vllm-pd's, played from its rendered chart: the controller only reads that release
+        "targetRelease": RELEASE,
         "extraArgs": extra_args,
         "extraVolumes": [{"name": "model", "persistentVolumeClaim": {"claimName": model_claim, "readOnly": True}}],
         "extraVolumeMounts": [{"name": "model", "mountPath": model_path, "readOnly": True}],
