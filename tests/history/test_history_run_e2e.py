@@ -111,9 +111,7 @@ def test_equal_servers_raise_nothing(
     fast, same, _ = servers
     code, run, out = _run(tmp_path, monkeypatch, capsys, TwoServers(fast, same))
     # the baseline cell runs only the load: its speed is measured with nothing to judge it against (ungated)
-    assert {c.cell.id: c.verdict for c in run.cells} == {BASE: "ungated", CAND: "pass"}, out[
-        -3000:
-    ]  # the baseline: speed measured, nothing to judge it against
+    assert {c.cell.id: c.verdict for c in run.cells} == {BASE: "ungated", CAND: "pass"}, out[-3000:]
     assert code == 0
     assert _gates(run, CAND) == {"per-request-ttft_s": True, "per-request-itl_mean_s": True, "per-request-e2e_s": True}
     assert _gates(run, BASE) == {}  # the baseline is not compared with itself
