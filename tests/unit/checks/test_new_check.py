@@ -10,16 +10,13 @@ made of it.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from canary.paths import REPO_ROOT
+from tests.support.plugin_folder import probe_plugin_folder
 
 FOLDER: dict[str, str] = {
     "__init__.py": '"""A throwaway check (tests/unit/checks/test_new_check.py)."""\n',
@@ -113,22 +110,7 @@ CONFIG: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def probed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("extra-checks")
-    folder = root / "throwaway"
-    folder.mkdir()
-    for name, text in FOLDER.items():
-        (folder / name).write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, str(root), json.dumps(CONFIG)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    out: dict[str, Any] = json.loads(done.stdout)
-    return out
+    return probe_plugin_folder(tmp_path_factory.mktemp("extra-checks"), "throwaway", FOLDER, PROBE, CONFIG)
 
 
 def test_its_folder_configures_and_orders_it(probed: dict[str, Any]) -> None:

@@ -9,15 +9,11 @@ the folder's parent to canary.load.workloads.__path__ before importing canary.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
 from typing import Any
 
 import pytest
 
-from canary.paths import REPO_ROOT
+from tests.support.plugin_folder import probe_plugin_folder
 
 FOLDER: dict[str, str] = {
     "__init__.py": '"""A throwaway workload kind (tests/unit/load/test_new_workload.py)."""\n',
@@ -97,22 +93,7 @@ CONFIG: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def probed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("extra-workloads")
-    folder = root / "echo"
-    folder.mkdir()
-    for name, text in FOLDER.items():
-        (folder / name).write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, str(root), json.dumps(CONFIG)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    out: dict[str, Any] = json.loads(done.stdout)
-    return out
+    return probe_plugin_folder(tmp_path_factory.mktemp("extra-workloads"), "echo", FOLDER, PROBE, CONFIG)
 
 
 def test_the_config_takes_its_kind_and_fields(probed: dict[str, Any]) -> None:
