@@ -319,8 +319,10 @@ def test_the_controller_image_passes_the_good_pair(stage: Stage) -> None:
     cell = judged.cell(GOOD)
     assert cell["verdict"] == "pass", json.dumps(cell, indent=1)[:4000]
     checks = {c["name"]: c["verdict"] for c in cell["checks"]}
-    every = ("startup", "parity", "accuracy", *ONLY_FOR_THE_GOOD_PAIR)
-    assert all(checks.get(name) == "pass" for name in every), checks
+    gated = ("startup", "parity", "accuracy", "kv_transfer")
+    assert all(checks.get(name) == "pass" for name in gated), checks
+    # one image and no floor: the pair's speed is measured with nothing to judge it against (issue 41)
+    assert checks.get("throughput") == "ungated" and set(ONLY_FOR_THE_GOOD_PAIR) <= set(checks), checks
 
 
 def test_the_known_broken_pair_fails_as_expected(stage: Stage) -> None:
