@@ -7,7 +7,8 @@ client's CPU time measured (issue 43).
   search runs there) plus its child processes, excluding the server's. Two counters, each a lower bound:
   the children reaped meanwhile (`os.times`, which includes their own reaped descendants) and the
   processes seen in /proc every `interval_s` (utime + stime of each, last seen; a process that exits
-  between two looks loses its last < interval_s). The larger is reported.
+  between two looks loses its last < interval_s; one alive at the start counts only what it used after). The
+  larger is reported.
 """
 
 from __future__ import annotations
@@ -127,6 +128,7 @@ class ClientCpu:
         self.server_pids = server_pids
         self.interval_s = interval_s
         self._seen: dict[tuple[int, int], int] = {}
+        self._before: dict[tuple[int, int], int] = {}  # what processes alive at the start had already used
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="client-cpu", daemon=True)
         self._own = self._children = self._wall = 0.0
@@ -135,6 +137,8 @@ class ClientCpu:
         times = os.times()
         self._own, self._children, self._wall = time.thread_time(), times.children_user + times.children_system, 0.0
         self._started = time.monotonic()
+        self._look()
+        self._before = dict(self._seen)
         self._thread.start()
         return self
 
@@ -161,7 +165,7 @@ class ClientCpu:
     def to_json(self) -> dict[str, Any]:
         """cpu_s (the larger lower bound plus the bench's main thread), both counters, processes seen, and
         the share of one core it kept busy over the method's wall time."""
-        sampled = sum(self._seen.values()) * TICK_S
+        sampled = sum(ticks - self._before.get(key, 0) for key, ticks in self._seen.items()) * TICK_S
         cpu = self._own + max(sampled, self._children)
         return {
             "cpu_s": cpu,
