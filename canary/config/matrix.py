@@ -25,6 +25,12 @@ class CellMatch(Strict):
     image: str | None = Field(None, description="Image key (of prefill, in a mixed pair).")
     decode_runner: Runner | None = Field(None, description="Decode's model runner (P/D; == runner unless mixed).")
     decode_image: str | None = Field(None, description="Decode's image key (P/D; == image unless mixed).")
+    prefill_tp: PositiveInt | None = Field(
+        None, description="Prefill's (or the aggregated server's) --tensor-parallel-size."
+    )
+    decode_tp: PositiveInt | None = Field(
+        None, description="Decode's --tensor-parallel-size (aggregated: == prefill_tp)."
+    )
 
 
 class Expectation(Strict):
@@ -83,11 +89,23 @@ class ExtraCell(Strict):
         description="pd-nixl only: decode's image key when it differs from prefill's (a rolling upgrade that "
         "reached one side first; unset: the same).",
     )
+    prefill_tp: PositiveInt | None = Field(
+        None,
+        description="--tensor-parallel-size of prefill (of the server, when aggregated); unset: the model's "
+        "tensor_parallel_size. With decode_tp it makes a P/D shape such as 2p1d (cell id part tp2p1d).",
+    )
+    decode_tp: PositiveInt | None = Field(
+        None, description="pd-nixl only: --tensor-parallel-size of decode; unset: the model's tensor_parallel_size."
+    )
 
     @model_validator(mode="after")
     def _mixed_pairs_are_pd(self) -> ExtraCell:
         if self.topology != "pd-nixl" and (self.decode_runner is not None or self.decode_image is not None):
             raise ValueError("decode_runner / decode_image make a mixed P/D pair: they need topology: pd-nixl")
+        if self.topology != "pd-nixl" and self.decode_tp is not None:
+            raise ValueError(
+                "decode_tp is decode's tensor-parallel size: it needs topology: pd-nixl (aggregated: prefill_tp)"
+            )
         return self
 
 
@@ -107,6 +125,16 @@ class MatrixSpec(Strict):
         ["aggregated", "pd-nixl"], min_length=1, description="aggregated control and/or P/D over NIXL."
     )
     images: list[str] | None = Field(None, description="Image keys to run (default: every image).")
+    prefill_tp_sizes: list[PositiveInt] | None = Field(
+        None,
+        description="pd-nixl cells: prefill --tensor-parallel-size values, crossed with decode_tp_sizes (a P/D shape "
+        "per pair, e.g. [1, 2] x [1, 2]: 1p1d, 1p2d, 2p1d, 2p2d). Unset: the model's tensor_parallel_size. "
+        "Aggregated cells (the controls) keep the model's.",
+    )
+    decode_tp_sizes: list[PositiveInt] | None = Field(
+        None,
+        description="pd-nixl cells: decode --tensor-parallel-size values. Unset: the model's tensor_parallel_size.",
+    )
     include: list[ExtraCell] = Field(default_factory=list, description="Cells added by hand.")
     exclude: list[CellMatch] = Field(default_factory=list, description="Cells removed from the plan.")
     expectations: list[Expectation] = Field(default_factory=list, description="Known outcomes (xfail).")
@@ -116,12 +144,21 @@ class MatrixSpec(Strict):
     run_unsupported: bool = Field(
         False, description="Run cells the platform cannot honour anyway (to prove fallback detection)."
     )
+    select: list[str] = Field(
+        default_factory=list,
+        description="Cell ids a run or plan takes when the command line names none (`--only`); `--all` takes "
+        "every cell. Empty: every cell. The embedded default uses it for a first run of a few minutes.",
+    )
 
-    @field_validator("attention_backends", "kv_cache_dtypes")
+    @field_validator("attention_backends", "kv_cache_dtypes", "prefill_tp_sizes", "decode_tp_sizes")
     @classmethod
-    def _no_duplicates(cls, values: list[str]) -> list[str]:
+    def _no_duplicates(cls, values: list[str] | list[int] | None) -> list[str] | list[int] | None:
+        if values is None:
+            return values
         if len(set(values)) != len(values):
             raise ValueError(f"duplicate entries in {values}")
+        if not values:
+            raise ValueError("an empty list plans nothing: leave it unset for the model's value")
         return values
 
     @field_validator("attention_backends")

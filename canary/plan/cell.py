@@ -20,9 +20,19 @@ RISK_COMPRESSED_CACHE = "compressed-cache"
 RISK_MRV2_PD = "mrv2-pd"
 RISK_MIXED_PAIR = "mixed-pair"
 RISK_BLOCK_REWRITE = "block-rewrite"
+RISK_PD_TP_RATIO = "pd-tp-ratio"
+"""Prefill and decode run different tensor-parallel sizes: decode reads each remote rank's share of the KV
+heads (vLLM's tp_ratio), the heterogeneous-TP path of NIXL."""
 """The cell asks a block size vLLM rewrites for its model's KV family (the catalog's `block_rewrites`)."""
 HIGH_RISKS = frozenset(
-    {RISK_KERNEL_SPLIT, RISK_PD_BLOCK_MISMATCH, RISK_COMPRESSED_CACHE, RISK_MIXED_PAIR, RISK_BLOCK_REWRITE}
+    {
+        RISK_KERNEL_SPLIT,
+        RISK_PD_BLOCK_MISMATCH,
+        RISK_COMPRESSED_CACHE,
+        RISK_MIXED_PAIR,
+        RISK_BLOCK_REWRITE,
+        RISK_PD_TP_RATIO,
+    }
 )
 RISKS: tuple[str, ...] = (
     RISK_KERNEL_SPLIT,
@@ -31,6 +41,7 @@ RISKS: tuple[str, ...] = (
     RISK_MRV2_PD,
     RISK_MIXED_PAIR,
     RISK_BLOCK_REWRITE,
+    RISK_PD_TP_RATIO,
 )
 """Every risk flag the planner (canary.plan.matrix) gives a cell."""
 
@@ -72,6 +83,8 @@ class Cell(BaseModel):
     decode_runner: Runner | None = Field(None, description="Decode's runner in a mixed pair (None: == runner).")
     decode_image: str | None = Field(None, description="Decode's image key in a mixed pair (None: == image).")
     decode_image_ref: str | None = Field(None, description="Decode's image reference in a mixed pair.")
+    prefill_tp: int = Field(1, description="--tensor-parallel-size of prefill (or of the aggregated server).")
+    decode_tp: int = Field(1, description="--tensor-parallel-size of decode (== prefill_tp when aggregated).")
 
     @model_validator(mode="before")
     @classmethod
@@ -93,6 +106,17 @@ class Cell(BaseModel):
         """The image key a role runs (decode may differ in a mixed pair)."""
         return self.decode_image if role == "decode" and self.decode_image is not None else self.image
 
+    def tp_for(self, role: str) -> int:
+        """The tensor-parallel size a role runs (prefill and aggregated: prefill_tp; decode: decode_tp)."""
+        return self.decode_tp if role == "decode" else self.prefill_tp
+
+    @property
+    def tp_shape(self) -> str:
+        """The tensor-parallel shape as text: tp2 (aggregated), tp2p1d (P/D)."""
+        if self.topology == "aggregated":
+            return f"tp{self.prefill_tp}"
+        return f"tp{self.prefill_tp}p{self.decode_tp}d"
+
     def image_keys(self) -> list[str]:
         """Every image key the cell runs, its own first (a mixed pair's decode image second)."""
         return list(dict.fromkeys([self.image, self.image_for("decode")]))
@@ -100,6 +124,11 @@ class Cell(BaseModel):
     def image_ref_for(self, role: str) -> str:
         """The image reference a role runs."""
         return self.decode_image_ref if role == "decode" and self.decode_image_ref is not None else self.image_ref
+
+    @property
+    def tp_shape_set(self) -> bool:
+        """Whether any role runs more than one tensor-parallel rank."""
+        return self.prefill_tp != 1 or self.decode_tp != 1
 
     @property
     def high_risk(self) -> bool:
@@ -135,7 +164,9 @@ class Cell(BaseModel):
             "runner": self.runner,
             "topology": self.topology,
             "image": self.image,
-            # a mixed pair's other side is a coordinate of its own; homogeneous cells keep the classic axes
+            # a mixed pair's other side and a tensor-parallel shape are coordinates of their own; homogeneous
+            # single-rank cells keep the classic axes
+            **({"prefill_tp": str(self.prefill_tp), "decode_tp": str(self.decode_tp)} if self.tp_shape_set else {}),
             **(
                 {"decode_runner": self.runner_for("decode"), "decode_image": self.image_for("decode")}
                 if self.mixed

@@ -25,6 +25,7 @@ from canary.plan.cell import (
     RISK_MIXED_PAIR,
     RISK_MRV2_PD,
     RISK_PD_BLOCK_MISMATCH,
+    RISK_PD_TP_RATIO,
     Cell,
     CellStatus,
 )
@@ -63,13 +64,15 @@ def cell_id(
     image: str,
     decode_runner: str | None = None,
     decode_image: str | None = None,
+    tp_shape: str | None = None,
 ) -> str:
-    """The readable, stable id of a cell (a mixed pair shows both sides: v1-v2, baseline-patched)."""
+    """The readable, stable id of a cell (a mixed pair shows both sides: v1-v2, baseline-patched; a
+    tensor-parallel shape other than the model's own follows the blocks: p128-d128.tp2p1d)."""
     topo = "agg" if topology == "aggregated" else "pd"
     blocks = f"b{prefill}" if topology == "aggregated" else f"p{prefill}-d{decode}"
     runners = runner if decode_runner in (None, runner) else f"{runner}-{decode_runner}"
     images = _slug(image) if decode_image in (None, image) else f"{_slug(image)}-{_slug(decode_image or '')}"
-    parts = [topo, _slug(backend), blocks, _slug(dtype), runners, images]
+    parts = [topo, _slug(backend), blocks, *([tp_shape] if tp_shape else []), _slug(dtype), runners, images]
     if multi_model:
         parts.insert(0, _slug(model))
     return ".".join(parts)
@@ -90,6 +93,8 @@ def matches(match: CellMatch, cell: Cell) -> bool:
         cell.image,
         cell.runner_for("decode"),
         cell.image_for("decode"),
+        cell.prefill_tp,
+        cell.decode_tp,
     )
 
 
@@ -106,6 +111,8 @@ def _matches_values(
     image: str,
     decode_runner: str,
     decode_image: str,
+    prefill_tp: int,
+    decode_tp: int,
 ) -> bool:
     checks: list[tuple[object | None, object]] = [
         (match.model, model),
@@ -119,6 +126,8 @@ def _matches_values(
         (match.image, image),
         (match.decode_runner, decode_runner),
         (match.decode_image, decode_image),
+        (match.prefill_tp, prefill_tp),
+        (match.decode_tp, decode_tp),
     ]
     if any(want is not None and want != have for want, have in checks):
         return False
@@ -139,6 +148,8 @@ class _Coordinates(BaseModel):
     image: str
     decode_runner: Runner | None = None
     decode_image: str | None = None
+    prefill_tp: int = 1
+    decode_tp: int = 1
 
 
 def _cross_product(config: CanaryConfig) -> Iterator[_Coordinates]:
@@ -154,7 +165,13 @@ def _cross_product(config: CanaryConfig) -> Iterator[_Coordinates]:
             pairs = [(size, size) for size in sizes]
         else:
             pairs = list(itertools.product(axes.prefill_block_sizes, decode_sizes))
-        for prefill, decode in pairs:
+        own = model.tensor_parallel_size
+        shapes = (
+            [(own, own)]
+            if topology == "aggregated"
+            else list(itertools.product(axes.prefill_tp_sizes or [own], axes.decode_tp_sizes or [own]))
+        )
+        for (prefill, decode), (prefill_tp, decode_tp) in itertools.product(pairs, shapes):
             yield _Coordinates(
                 model=model.name,
                 family=model.family,
@@ -165,6 +182,8 @@ def _cross_product(config: CanaryConfig) -> Iterator[_Coordinates]:
                 runner=runner,
                 topology=topology,
                 image=image,
+                prefill_tp=prefill_tp,
+                decode_tp=decode_tp,
             )
 
 
@@ -173,9 +192,12 @@ def _extra_cells(config: CanaryConfig, extra: ExtraCell) -> Iterator[_Coordinate
     images = [extra.image] if extra.image else config.image_keys()
     for model, image in itertools.product(models, images):
         decode = extra.decode_block_size if extra.topology == "pd-nixl" else extra.prefill_block_size
+        spec = next(m for m in config.models if m.name == model)
+        prefill_tp = extra.prefill_tp or spec.tensor_parallel_size
+        decode_tp = (extra.decode_tp or spec.tensor_parallel_size) if extra.topology == "pd-nixl" else prefill_tp
         yield _Coordinates(
             model=model,
-            family=next(m.family for m in config.models if m.name == model),
+            family=spec.family,
             backend=extra.backend.upper(),
             prefill=extra.prefill_block_size,
             decode=decode,
@@ -185,6 +207,8 @@ def _extra_cells(config: CanaryConfig, extra: ExtraCell) -> Iterator[_Coordinate
             image=image,
             decode_runner=extra.decode_runner if extra.decode_runner != extra.runner else None,
             decode_image=extra.decode_image if extra.decode_image != image else None,
+            prefill_tp=prefill_tp,
+            decode_tp=decode_tp,
         )
 
 
@@ -225,6 +249,8 @@ def _judge(config: CanaryConfig, catalog: Catalog, at: _Coordinates) -> Cell:
         risks.append(RISK_MIXED_PAIR)
     if block_rewrites(catalog, config.platform, at.family, (at.prefill, at.decode), model.state_block_size):
         risks.append(RISK_BLOCK_REWRITE)
+    if at.topology == "pd-nixl" and at.prefill_tp != at.decode_tp:
+        risks.append(RISK_PD_TP_RATIO)
 
     status: CellStatus = "planned"
     reason: str | None = None
@@ -256,6 +282,7 @@ def _judge(config: CanaryConfig, catalog: Catalog, at: _Coordinates) -> Cell:
         at.image,
         at.decode_runner,
         at.decode_image,
+        tp_label(at, model.tensor_parallel_size),
     )
     return Cell(
         id=identifier,
@@ -281,7 +308,17 @@ def _judge(config: CanaryConfig, catalog: Catalog, at: _Coordinates) -> Cell:
         decode_runner=at.decode_runner,
         decode_image=at.decode_image,
         decode_image_ref=config.images[at.decode_image].ref if at.decode_image else None,
+        prefill_tp=at.prefill_tp,
+        decode_tp=at.decode_tp,
     )
+
+
+def tp_label(at: _Coordinates, model_tp: int) -> str | None:
+    """The cell id's tensor-parallel part (tp2 aggregated, tp2p1d P/D), only where a role runs another size
+    than the model's tensor_parallel_size: cells of the model's own shape keep their ids."""
+    if at.prefill_tp == model_tp and at.decode_tp == model_tp:
+        return None
+    return f"tp{at.prefill_tp}" if at.topology == "aggregated" else f"tp{at.prefill_tp}p{at.decode_tp}d"
 
 
 def _impossible_reason(
@@ -360,6 +397,8 @@ def _matches_coordinates(match: CellMatch, at: _Coordinates) -> bool:
         at.image,
         at.decode_runner or at.runner,
         at.decode_image or at.image,
+        at.prefill_tp,
+        at.decode_tp,
     )
 
 
@@ -388,6 +427,8 @@ def _sort_key(cell: Cell, baseline: str) -> tuple[object, ...]:
         cell.decode_block_size,
         cell.kv_cache_dtype,
         cell.runner,
+        cell.prefill_tp,
+        cell.decode_tp,
     )
 
 

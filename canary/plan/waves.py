@@ -1,7 +1,8 @@
 """GPU budget, waves and the nightly wall-time estimate: pure functions, no I/O.
 
-A cell holds GPUs while it is deployed: an aggregated server `tensor_parallel_size` GPUs, a P/D
-pair twice that (prefill + decode; the router none). The Kubernetes target deploys the cells in
+A cell holds GPUs while it is deployed: an aggregated server its tensor-parallel size, a P/D pair
+prefill's plus decode's (the cell's prefill_tp and decode_tp: the model's `tensor_parallel_size` unless
+the matrix gives the cell a P/D shape such as 2p1d; the router none). The Kubernetes target deploys the cells in
 *waves* whose GPUs fit `target.kubernetes.gpu_budget`, tears each wave down before the next, and
 a run must end inside the CronJob's deadline (`target.kubernetes.job_deadline_s`, which the
 helm/canary chart reads from the same config as its activeDeadlineSeconds).
@@ -46,7 +47,7 @@ KEY_BUDGET = "target.kubernetes.gpu_budget"
 KEY_DEADLINE = "target.kubernetes.job_deadline_s"
 KEY_NIGHTLY = "target.kubernetes.rotation.every_night"
 KEY_REDUCTION = "matrix.reduction"
-KEY_TP = "models[].tensor_parallel_size"
+KEY_TP = "models[].tensor_parallel_size (or the cell's prefill_tp / decode_tp)"
 
 
 class ScheduleError(CanaryError):
@@ -79,16 +80,15 @@ DEFAULT_MODEL = EstimateModel()
 
 def engine_gpus(cell: Cell, config: CanaryConfig) -> dict[str, int]:
     """GPUs each engine of a cell holds, by role in start order: {aggregated: tp} or {prefill: tp, decode: tp}
-    (tp: the model's tensor_parallel_size; the router holds none)."""
-    model = next((m for m in config.models if m.name == cell.model), None)
-    if model is None:
+    (each role's tensor-parallel size, Cell.tp_for; the router holds none)."""
+    if not any(m.name == cell.model for m in config.models):
         raise ScheduleError(f"cell {cell.id}: model {cell.model!r} is not in the config")
     roles = ("aggregated",) if cell.topology == "aggregated" else ("prefill", "decode")
-    return {role: model.tensor_parallel_size for role in roles}
+    return {role: cell.tp_for(role) for role in roles}
 
 
 def gpus_per_cell(cell: Cell, config: CanaryConfig) -> int:
-    """GPUs a cell holds: tensor_parallel_size for an aggregated server, twice that for P/D."""
+    """GPUs a cell holds: its tensor-parallel size for an aggregated server, prefill's plus decode's for P/D."""
     return sum(engine_gpus(cell, config).values())
 
 

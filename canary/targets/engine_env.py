@@ -181,15 +181,37 @@ def _core_ranges(cores: int, engines: int) -> list[range] | None:
     return [range(index * per, index * per + per) for index in range(engines)]
 
 
-def cpu_binds(cores: int, engines: int) -> list[str | None]:
+def cpu_binds(cores: int, engines: int, ranks: Sequence[int] | None = None) -> list[str | None]:
     """VLLM_CPU_OMP_THREADS_BIND per engine: disjoint core ranges (P=0, D=1 on 2 cores).
 
     One engine keeps vLLM's `auto`; more engines than cores share nothing sensible, so they get
-    `auto` too (vLLM then binds them itself)."""
+    `auto` too (vLLM then binds them itself). `ranks`: each engine's tensor-parallel size; an engine
+    of several ranks gets one `|`-separated entry per rank (vLLM's format), its range split between
+    them where it has a core per rank, else every rank on the whole range: a TP-2 prefill beside a
+    TP-1 decode on 2 cores is `0|0` and `1`, never a rank on decode's core (measured: a rank bound
+    onto decode's core made the first transfer take 31 s instead of 0.1-0.5 s)."""
     ranges = _core_ranges(cores, engines)
     if ranges is None:
         return [None] * engines
-    return [str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in ranges]
+    sizes = list(ranks) if ranks is not None else [1] * engines
+    if len(sizes) != engines:
+        raise ValueError(f"ranks names {len(sizes)} engines, not {engines}")
+    return ["|".join(_text(part) for part in _rank_ranges(r, tp)) for r, tp in zip(ranges, sizes, strict=True)]
+
+
+def _rank_ranges(cores: range, ranks: int) -> list[range]:
+    """One engine's cores split between its ranks (disjoint where there is a core each, else shared)."""
+    if ranks <= 1:
+        return [cores]
+    if len(cores) < ranks:
+        return [cores] * ranks
+    per = len(cores) // ranks  # the last rank takes the cores left over
+    starts = [cores[0] + index * per for index in range(ranks)]
+    return [range(start, starts[i + 1] if i + 1 < ranks else cores[-1] + 1) for i, start in enumerate(starts)]
+
+
+def _text(cores: range) -> str:
+    return str(cores[0]) if len(cores) == 1 else f"{cores[0]}-{cores[-1]}"
 
 
 def pd_helper_cores(cores: int) -> tuple[int, ...] | None:

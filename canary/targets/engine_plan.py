@@ -240,13 +240,14 @@ class EnginePlanner:
 
     # ------------------------------------------------------------------ commands
 
-    def _model_spec(self, cell: Cell) -> tuple[int, int, list[str]]:
+    def _model_spec(self, cell: Cell) -> tuple[int, list[str]]:
         model = next(m for m in self.config.models if m.name == cell.model)
-        return model.max_model_len, model.tensor_parallel_size, list(model.extra_args)
+        return model.max_model_len, list(model.extra_args)
 
     def engine_argv(self, cell: Cell, python: str, model_path: str, role: str, port: str, block_size: int) -> list[str]:
-        """The engine command line of one role."""
-        max_len, tp, model_args = self._model_spec(cell)
+        """The engine command line of one role (its tensor-parallel size: the cell's for that role)."""
+        max_len, model_args = self._model_spec(cell)
+        tp = cell.tp_for(role)
         argv = [
             python,
             *self.settings.entrypoint,
@@ -335,7 +336,8 @@ class EnginePlanner:
         if cell.topology == "aggregated":
             engines = [("aggregated", cell.prefill_block_size, None, None)]
         else:
-            binds = cpu_binds(self.cores, 2) if self.config.platform == "cpu" else [None, None]
+            ranks = [cell.tp_for("prefill"), cell.tp_for("decode")]
+            binds = cpu_binds(self.cores, 2, ranks) if self.config.platform == "cpu" else [None, None]
             engines = [
                 ("prefill", cell.prefill_block_size, ports["prefill_nixl"], binds[0]),
                 ("decode", cell.decode_block_size, ports["decode_nixl"], binds[1]),

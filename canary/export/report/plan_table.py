@@ -40,8 +40,11 @@ PLAN_COLUMNS: tuple[tuple[str, Callable[[Cell], str]], ...] = (
     ("runner", _runner),
     ("topology", lambda c: c.topology),
     ("image", _image),
+    ("TP", lambda c: c.tp_shape if c.tp_shape_set else NO_TP),
 )
 """The columns that describe a cell (header, value): those every cell shares move above the table."""
+NO_TP = "-"
+"""The TP column of a cell whose every role runs one rank: a plan of such cells says nothing about TP."""
 
 
 def shared_values(cells: tuple[Cell, ...]) -> dict[str, str]:
@@ -60,8 +63,9 @@ def plan_title(the_plan: Plan, shared: Mapping[str, str]) -> str:
     """`NAME on PLATFORM: N planned of M cells`, and what every cell shares."""
     planned, total = len(the_plan.planned()), len(the_plan.cells)
     title = f"{the_plan.config_name} on {the_plan.platform}: {planned} planned of {total} cells"
-    if shared:
-        title += "\nevery cell: " + ", ".join(f"{header} {value}" for header, value in shared.items())
+    said = {header: value for header, value in shared.items() if (header, value) != ("TP", NO_TP)}
+    if said:
+        title += "\nevery cell: " + ", ".join(f"{header} {value}" for header, value in said.items())
     return title
 
 

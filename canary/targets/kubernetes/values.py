@@ -92,10 +92,13 @@ def _cell_values(config: CanaryConfig, cell: Cell, series_hashes: dict[str, str]
         "prefillBlockSize": cell.prefill_block_size,
         "decodeBlockSize": cell.decode_block_size,
         "maxModelLen": model.max_model_len,
-        "tensorParallelSize": model.tensor_parallel_size,
+        "tensorParallelSize": cell.prefill_tp,
         # A CPU platform's pods request no GPU (its cores are the tensor-parallel ranks).
-        "gpus": 0 if on_host else model.tensor_parallel_size,
+        "gpus": 0 if on_host else cell.prefill_tp,
     }
+    if cell.topology == "pd-nixl" and cell.decode_tp != cell.prefill_tp:  # a P/D shape such as 2p1d
+        values["decodeTensorParallelSize"] = cell.decode_tp
+        values["decodeGpus"] = 0 if on_host else cell.decode_tp
     if cell.topology == "pd-nixl":
         nixl = config.target.kubernetes.nixl
         # Host memory: UCX picks its transports unless the config names them (the placement defaults

@@ -104,6 +104,29 @@ The --block-size of one role: prefill and aggregated use prefillBlockSize, decod
 {{- end -}}
 
 {{/*
+--tensor-parallel-size of a role: decode's decodeTensorParallelSize where the cell gives one (a P/D shape
+such as 2p1d), else the cell's tensorParallelSize, else the chart's.
+*/}}
+{{- define "vllm-pd.tensorParallelSize" -}}
+{{- if and (eq .role "decode") (hasKey .cell "decodeTensorParallelSize") -}}
+{{- .cell.decodeTensorParallelSize | int -}}
+{{- else -}}
+{{- .cell.tensorParallelSize | default .root.Values.vllm.tensorParallelSize | int -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+GPUs per pod of a role: decode's decodeGpus where the cell gives one, else the cell's gpus, else the chart's.
+*/}}
+{{- define "vllm-pd.gpus" -}}
+{{- if and (eq .role "decode") (hasKey .cell "decodeGpus") -}}
+{{- .cell.decodeGpus | int -}}
+{{- else -}}
+{{- ternary .cell.gpus .root.Values.vllm.gpus (hasKey .cell "gpus") | int -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 Placement of a P/D cell's decode pod relative to its prefill pod: the cell's nixl.placement, else
 the chart's (same-node | cross-node).
 */}}
@@ -236,7 +259,7 @@ http or nixl for vLLM servers, http or metrics for routers.
 - --max-model-len
 - {{ .cell.maxModelLen | default $v.maxModelLen | int | quote }}
 - --tensor-parallel-size
-- {{ .cell.tensorParallelSize | default $v.tensorParallelSize | int | quote }}
+- {{ include "vllm-pd.tensorParallelSize" . | quote }}
 - --gpu-memory-utilization
 - {{ $v.gpuMemoryUtilization | toString | quote }}
 {{- with $v.disableAccessLogForEndpoints }}
@@ -411,7 +434,7 @@ Resources of a vLLM container: the chart's, plus GPUs (and RDMA devices for P/D 
 {{- $res := deepCopy .root.Values.vllm.resources -}}
 {{- $limits := $res.limits | default dict -}}
 {{- $requests := $res.requests | default dict -}}
-{{- $gpus := ternary .cell.gpus .root.Values.vllm.gpus (hasKey .cell "gpus") | int -}}
+{{- $gpus := include "vllm-pd.gpus" . | int -}}
 {{- if gt $gpus 0 -}}
 {{- $_ := set $limits .root.Values.vllm.gpuResourceName $gpus -}}
 {{- $_ := set $requests .root.Values.vllm.gpuResourceName $gpus -}}

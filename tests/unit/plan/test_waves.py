@@ -71,7 +71,22 @@ def test_gpus_per_cell_follow_topology_and_tensor_parallelism() -> None:
     data = yaml.safe_load(yaml.safe_dump(BASE))
     data["models"][0]["tensor_parallel_size"] = 8
     tp8 = validate_config(data, "tp8")
+    cells = planned(tp8)  # a cell carries its roles' tensor-parallel sizes from the plan
+    agg = next(c for c in cells if c.topology == "aggregated")
+    pd = next(c for c in cells if c.topology == "pd-nixl")
     assert (waves.gpus_per_cell(agg, tp8), waves.gpus_per_cell(pd, tp8)) == (8, 16)
+
+
+def test_gpus_per_cell_follow_each_roles_tensor_parallel_size() -> None:
+    """A P/D shape (2p1d, 1p4d) holds prefill's plus decode's GPUs, each engine its own role's."""
+    data = yaml.safe_load(yaml.safe_dump(BASE))
+    data["matrix"]["prefill_tp_sizes"] = [1, 2]
+    data["matrix"]["decode_tp_sizes"] = [1, 4]
+    cfg = validate_config(data, "shapes")
+    held = {c.id: waves.engine_gpus(c, cfg) for c in planned(cfg) if c.topology == "pd-nixl"}
+    shapes = sorted((g["prefill"], g["decode"]) for g in held.values())
+    assert sorted(set(shapes)) == [(1, 1), (1, 4), (2, 1), (2, 4)]
+    assert {waves.gpus_per_cell(c, cfg) for c in planned(cfg) if c.tp_shape == "tp2p4d"} == {6}
 
 
 def test_check_seconds_follow_the_config() -> None:
