@@ -9,6 +9,9 @@ default) must raise no alarm; every fault must make its expected check fail.
 How a fault's run is derived from the selftest config (see tests/faults/faults.yaml):
 - the image under test is the config's (single, clean) image with `patches` set to the fault's
   series, keyed `fault-<id>`;
+- `config` names another selftest config to derive it from (configs/selftest-families.yaml for the
+  KV-family faults), `models` the models of it that run; every config a selected fault uses runs
+  clean as well (a false alarm on its cells must show);
 - `topologies` limits the cells; `checks` limits the checks (startup always runs);
 - `baseline_image: true` also deploys the clean image, as the config's baseline, so the
   throughput check's regression gates compare the faulty cell with the clean one measured

@@ -49,6 +49,14 @@ class FaultSpec(FrozenModel):
     )
     expect_failure_class: str | None = Field(None, description="startup: the signature id it must be classified as.")
     expect_gate: str | None = Field(None, description="A failing gate whose name starts with this must be present.")
+    config: str | None = Field(
+        None,
+        description="The selftest config the fault's run is derived from, relative to configs/ (unset: the "
+        "selftest's --config, configs/selftest.yaml). The selftest runs each such config clean as well.",
+    )
+    models: list[str] | None = Field(
+        None, min_length=1, description="Models (names in the config) the fault's run deploys; unset: every model."
+    )
     topologies: list[Topology] = Field(min_length=1, description="Cells the fault's run deploys.")
     checks: list[CheckName] | None = Field(None, description="Checks that run (startup always); unset: all.")
     baseline_image: bool = Field(False, description="Also deploy the clean image as the baseline to compare with.")
@@ -77,6 +85,10 @@ class FaultSpec(FrozenModel):
         description="Config overrides of this fault's run only, as `--set KEY=VALUE` (e.g. a check switch that is off "
         "in the selftest config).",
     )
+
+    def config_path(self, default: Path) -> Path:
+        """The selftest config of this fault's run: its own `config`, else `default` (the --config)."""
+        return (CONFIGS_DIR / self.config).absolute() if self.config else default
 
     def series_path(self, faults_file: Path) -> Path:
         """The absolute series file."""
@@ -109,6 +121,7 @@ class CleanOutcome(FrozenModel):
     """One clean run: any failing verdict is a false alarm."""
 
     index: int
+    config: str = Field("", description="The config's name (a selftest runs each of its configs clean).")
     ok: bool
     alarms: list[str]
     cells: dict[str, str]
@@ -142,6 +155,10 @@ def load_faults(path: Path = FAULTS_FILE) -> FaultCatalog:
     for index, fault in enumerate(catalog.faults):
         if not fault.series_path(path).is_file():
             raise ConfigError(str(path), f"faults.{index}.series", f"{fault.series_path(path)} does not exist")
+        if fault.config is not None and not fault.config_path(DEFAULT_CONFIG).is_file():
+            raise ConfigError(
+                str(path), f"faults.{index}.config", f"{fault.config_path(DEFAULT_CONFIG)} does not exist"
+            )
     return catalog
 
 
@@ -181,6 +198,13 @@ def fault_config(base: CanaryConfig, fault: FaultSpec, faults_file: Path = FAULT
         data["matrix"]["prefill_block_sizes"] = [fault.block_size]
         data["matrix"]["decode_block_sizes"] = None
     data["matrix"]["include"] = [c for c in data["matrix"]["include"] if c["topology"] in fault.topologies]
+    if fault.models is not None:
+        unknown = sorted(set(fault.models) - {m["name"] for m in data["models"]})
+        if unknown:
+            raise ConfigError(str(faults_file), f"{fault.id}.models", f"no such model in {base.name}: {unknown}")
+        data["models"] = [m for m in data["models"] if m["name"] in fault.models]
+        for key in ("include", "exclude"):
+            data["matrix"][key] = [c for c in data["matrix"][key] if c.get("model") in (None, *fault.models)]
     if fault.checks is not None:
         for name in check_order():
             if name != "startup":

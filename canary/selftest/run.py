@@ -51,45 +51,55 @@ def run_selftest(
     from canary.run.cells import default_progress
 
     say = printer or default_progress
-    base = load_config(config_path, overrides)
-    clean_image(base)
     catalog = load_faults(faults_file)
     faults = [f for f in catalog.faults if only is None or f.id in only or f.id[:2] in only]
     if only is not None and not faults:
         known = ", ".join(f.id for f in catalog.faults)
         raise ConfigError("--fault", ",".join(only), f"no such fault; known: {known}")
-    validate_plan(base, str(config_path))
-    configs = {f.id: fault_config(base, f, faults_file) for f in faults}  # config errors before any engine
+    # The configs run clean: --config, and every config a selected fault names (a family matrix: its
+    # cells must show no false alarm either). With --fault, only the selected faults' configs.
+    paths = list(dict.fromkeys(([config_path] if only is None else []) + [f.config_path(config_path) for f in faults]))
+    bases = {path: load_config(path, overrides) for path in paths}
+    for path, base in bases.items():
+        clean_image(base)
+        validate_plan(base, str(path))
+    configs = {  # config errors before any engine
+        f.id: fault_config(bases[f.config_path(config_path)], f, faults_file) for f in faults
+    }
     for fault in faults:
         validate_plan(configs[fault.id], f"{faults_file} ({fault.id})")
     started_at, started = utc_now(), time.monotonic()
     clean: list[CleanOutcome] = []
     outcomes: list[FaultOutcome] = []
-    for index in range(1, clean_runs + 1):
-        say(f"== selftest: clean run {index}/{clean_runs}")
-        clock = ProgressClock(say)
-        run_dir = out_dir / f"clean-{index}"
-        run = _execute(base, run_dir, clock, str(config_path))
-        alarms, cells = judge_clean(run)
-        clean.append(
-            CleanOutcome(
-                index=index,
-                ok=not alarms,
-                alarms=alarms,
-                cells=cells,
-                run_duration_s=run.duration_s,
-                run_dir=str(run_dir),
+    for path, base in bases.items():
+        for index in range(1, clean_runs + 1):
+            name = "" if path == config_path else base.name
+            say(f"== selftest: clean run {index}/{clean_runs}" + (f" of {name}" if name else ""))
+            clock = ProgressClock(say)
+            run_dir = out_dir / (f"clean-{name}-{index}" if name else f"clean-{index}")
+            run = _execute(base, run_dir, clock, str(path))
+            alarms, cells = judge_clean(run)
+            clean.append(
+                CleanOutcome(
+                    index=index,
+                    config=base.name,
+                    ok=not alarms,
+                    alarms=alarms,
+                    cells=cells,
+                    run_duration_s=run.duration_s,
+                    run_dir=str(run_dir),
+                )
             )
-        )
-        say(f"== selftest: clean run {index}: {'no alarm' if not alarms else 'FALSE ALARM: ' + '; '.join(alarms)}")
-        if run.interrupted:
-            raise KeyboardInterrupt
+            verdict = "no alarm" if not alarms else "FALSE ALARM: " + "; ".join(alarms)
+            say(f"== selftest: clean run {index}" + (f" of {name}" if name else "") + f": {verdict}")
+            if run.interrupted:
+                raise KeyboardInterrupt
     for fault in faults:
         say(f"== selftest: fault {fault.id}: {fault.title} (expect {fault.expect_check})")
         clock = ProgressClock(say)
         run_dir = out_dir / f"fault-{fault.id}"
         run_started = time.monotonic()
-        run = _execute(configs[fault.id], run_dir, clock, str(config_path))
+        run = _execute(configs[fault.id], run_dir, clock, str(fault.config_path(config_path)))
         detected, fired, errors, detail, when = judge_fault(run, fault, f"fault-{fault.id}", run_started, clock)
         outcomes.append(
             FaultOutcome(

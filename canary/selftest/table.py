@@ -14,7 +14,7 @@ def render_table(result: SelftestResult) -> Table:
         table.add_column(column, overflow="fold")
     for clean in result.clean:
         table.add_row(
-            f"clean-{clean.index}",
+            f"clean-{clean.index}" + (f" ({clean.config})" if clean.config else ""),
             "none",
             "(no alarm)",
             "no alarm" if clean.ok else "FALSE ALARM",

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from canary.config import CanaryConfig
 from canary.config.load import load_config
 from canary.errors import ConfigError
 from canary.judge.results import CellResult, CheckResult, Gate, RunResult
@@ -101,8 +102,69 @@ def test_a_fault_may_set_config_keys_for_its_own_run_only() -> None:
 def test_every_fault_run_passes_the_checks_at_the_door(fault_id: str) -> None:
     """Each fault's config is validated like a config file (catalog, patch series, lengths) and its
     matrix like `canary plan`'s (something runs): run_selftest refuses it before any engine otherwise."""
-    config = fault_config(load_config(DEFAULT_CONFIG), _fault(fault_id))
+    fault = _fault(fault_id)
+    config = fault_config(load_config(fault.config_path(DEFAULT_CONFIG)), fault)
     assert any(c.status == "planned" for c in validate_plan(config, fault_id))
+
+
+def test_family_faults_run_their_family_model_and_its_control_without_a_hint() -> None:
+    """Issue 40: a KV-group indexing fault on the sliding-window model and a hybrid-state fault on an SSM
+    hybrid, each on configs/selftest-families.yaml limited to its model: the faulty image's aggregated control
+    and P/D pair, nothing in the cells (expectation, block size, kernel blocks, overrides) that names the fault."""
+    base = load_config(CONFIGS_DIR / "selftest-families.yaml")
+    families = {m.name: m.family for m in base.models}
+    for fault_id, model, family in [
+        ("13-kv-group-block-ids-shifted", "gemma3", "sliding-window"),
+        ("14-ssm-state-not-read", "nemotron-h", "mamba-hybrid"),
+    ]:
+        fault = _fault(fault_id)
+        assert fault.config_path(DEFAULT_CONFIG) == (CONFIGS_DIR / "selftest-families.yaml").absolute()
+        assert (fault.expect_check, fault.models, families[model]) == ("parity", [model], family)
+        assert fault.known_bug is None and fault.block_size is None and not fault.kernel_block_sizes
+        assert not fault.overrides
+        config = fault_config(base, fault)
+        assert [m.name for m in config.models] == [model] and not config.matrix.expectations
+        cells = plan(config).planned()
+        assert sorted(c.topology for c in cells) == ["aggregated", "pd-nixl"]
+        assert {c.image for c in cells} == {f"fault-{fault_id}"}
+
+
+def test_a_fault_naming_an_unknown_model_is_a_config_error() -> None:
+    fault = _fault("13-kv-group-block-ids-shifted").model_copy(update={"models": ["llama"]})
+    with pytest.raises(ConfigError, match=r"models.*no such model in selftest-families: \['llama'\]"):
+        fault_config(load_config(CONFIGS_DIR / "selftest-families.yaml"), fault)
+
+
+def test_the_clean_runs_cover_every_config_the_selected_faults_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A family fault's config runs clean too (a false alarm on a family cell must show): `--fault 13
+    --clean-runs 1` runs selftest-families clean and then the fault on the same config; the whole selftest
+    runs selftest.yaml clean as well. (The runs are faked: no engine.)"""
+    from canary.selftest import run as selftest_run
+
+    ran: list[str] = []
+
+    def fake_execute(config: CanaryConfig, run_dir: Path, clock: object, config_path: str) -> RunResult:
+        ran.append(f"{run_dir.name} {Path(config_path).name}")
+        return _run(str(config.name), [])
+
+    monkeypatch.setattr(selftest_run, "_execute", fake_execute)
+    result = selftest_run.run_selftest(DEFAULT_CONFIG, tmp_path / "one", clean_runs=1, only=["13"])
+    assert ran == [
+        "clean-selftest-families-1 selftest-families.yaml",
+        "fault-13-kv-group-block-ids-shifted selftest-families.yaml",
+    ]
+    assert [c.config for c in result.clean] == ["selftest-families"] and not result.ok  # the fake runs prove nothing
+    ran.clear()
+    selftest_run.run_selftest(DEFAULT_CONFIG, tmp_path / "all", clean_runs=2, only=None)
+    cleans = [r for r in ran if r.startswith("clean-")]
+    assert cleans == [
+        "clean-1 selftest.yaml",
+        "clean-2 selftest.yaml",
+        "clean-selftest-families-1 selftest-families.yaml",
+        "clean-selftest-families-2 selftest-families.yaml",
+    ]
 
 
 def test_a_fault_config_is_validated_as_a_config(tmp_path: Path) -> None:
