@@ -55,6 +55,13 @@ class ModelSpec(Strict):
         None, description="Expected GSM8K flexible-extract accuracy of a healthy deployment (the absolute gate)."
     )
     extra_args: list[str] = Field(default_factory=list, description="Extra engine CLI args for this model.")
+    include_only: bool = Field(
+        False,
+        description="Leave this model out of the matrix's cross product: it runs only in the `matrix.include` cells "
+        "that name it (a KV family model beside a dense matrix, e.g. upstream vLLM's sweep configs). An include "
+        "without a model runs the cross product's models only. The cross product's cells keep ids without a model "
+        "prefix when it runs one model; an include-only model's cells always carry it.",
+    )
 
     @model_validator(mode="before")
     @classmethod

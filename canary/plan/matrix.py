@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from canary.config import CanaryConfig, CellMatch, ExtraCell, Runner, Topology
+from canary.config import CanaryConfig, CellMatch, ExtraCell, ModelSpec, Runner, Topology
 from canary.config.catalog import Catalog, KernelBlockSizes, load_catalog
 from canary.core.words import listing
 from canary.plan.cell import (
@@ -152,11 +152,21 @@ class _Coordinates(BaseModel):
     decode_tp: int = 1
 
 
+def crossed_models(config: CanaryConfig) -> list[ModelSpec]:
+    """The models of the cross product (and of an include that names none): all but the include-only ones."""
+    return [m for m in config.models if not m.include_only]
+
+
 def _cross_product(config: CanaryConfig) -> Iterator[_Coordinates]:
     axes = config.matrix
     decode_sizes = axes.decode_block_sizes
     for model, image, backend, dtype, runner, topology in itertools.product(
-        config.models, config.image_keys(), axes.attention_backends, axes.kv_cache_dtypes, axes.runners, axes.topologies
+        crossed_models(config),
+        config.image_keys(),
+        axes.attention_backends,
+        axes.kv_cache_dtypes,
+        axes.runners,
+        axes.topologies,
     ):
         if topology == "aggregated" or decode_sizes is None:
             sizes = list(axes.prefill_block_sizes)
@@ -188,7 +198,7 @@ def _cross_product(config: CanaryConfig) -> Iterator[_Coordinates]:
 
 
 def _extra_cells(config: CanaryConfig, extra: ExtraCell) -> Iterator[_Coordinates]:
-    models = [extra.model] if extra.model else [m.name for m in config.models]
+    models = [extra.model] if extra.model else [m.name for m in crossed_models(config)]
     images = [extra.image] if extra.image else config.image_keys()
     for model, image in itertools.product(models, images):
         decode = extra.decode_block_size if extra.topology == "pd-nixl" else extra.prefill_block_size
@@ -272,7 +282,7 @@ def _judge(config: CanaryConfig, catalog: Catalog, at: _Coordinates) -> Cell:
 
     identifier = cell_id(
         at.model,
-        len(config.models) > 1,
+        model.include_only or len(crossed_models(config)) > 1,
         at.topology,
         at.backend,
         at.prefill,

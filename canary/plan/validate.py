@@ -1,7 +1,7 @@
-"""Config errors only the expanded matrix shows: a plan in which no cell runs, an expectation that matches
-no cell. Checked on the full matrix (before pairwise reduction and `--only`) by `canary plan`, `canary run`
-and its dry run alike, so a config that would test nothing, or whose known-bug marker a typo lost, is
-refused before anything starts.
+"""Config errors only the expanded matrix shows: a plan in which no cell runs, an expectation that matches no
+cell, an include-only model no cell runs. Checked on the full matrix (before pairwise reduction and `--only`)
+by `canary plan`, `canary run` and its dry run alike, so a config that would test nothing, or whose known-bug
+marker a typo lost, is refused before anything starts.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def validate_plan(config: CanaryConfig, source: str, catalog: Catalog | None = N
     cells = expand(config, catalog)
     check_something_runs(cells, source)
     check_expectations_match(cells, config, source)
+    check_include_only_models_run(cells, config, source)
     return cells
 
 
@@ -66,6 +67,18 @@ def check_expectations_match(cells: Sequence[Cell], config: CanaryConfig, source
             f"matches no cell of the matrix ({len(cells)} cells), so its {expectation.expect} marker would "
             f"apply nowhere: {_why_nothing_matches(expectation.match, cells)}",
         )
+
+
+def check_include_only_models_run(cells: Sequence[Cell], config: CanaryConfig, source: str) -> None:
+    """ConfigError for an include-only model that no cell of the full matrix runs (no include names it)."""
+    for index, model in enumerate(config.models):
+        if model.include_only and not any(cell.model == model.name for cell in cells):
+            raise ConfigError(
+                source,
+                f"models.{index}.include_only",
+                f"{model.name} is left out of the cross product and no matrix.include cell names it: it would "
+                f"plan nothing (add an include with model: {model.name}, or drop include_only)",
+            )
 
 
 def _why_nothing_matches(match: CellMatch, cells: Sequence[Cell]) -> str:
