@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from canary.cli import main, run_needs
@@ -37,3 +39,12 @@ def test_a_missing_config_exits_2_naming_it(capsys: pytest.CaptureFixture[str]) 
 def test_a_config_serving_a_family_model_needs_the_family_models_too(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["needs", str(REPO_ROOT / "configs/cpu-families.yaml")]) == 0
     assert capsys.readouterr().out.split() == ["engine", "model", "families"]
+
+
+def test_the_makefiles_word_for_the_defaults_needs_is_canary_needs() -> None:
+    """`make canary` installs the default's needs side by side before the controller venv exists, from the
+    Makefile's DEFAULT_NEEDS: it must say what `canary needs` says of DEFAULT_CONFIG (no Pushgateway set)."""
+    makefile = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
+    values = dict(re.findall(r"^(DEFAULT_CONFIG|DEFAULT_NEEDS) := (.*)$", makefile, re.MULTILINE))
+    assert values["DEFAULT_CONFIG"] == "configs/cpu-default.yaml"
+    assert values["DEFAULT_NEEDS"].split() == run_needs(load_config(REPO_ROOT / values["DEFAULT_CONFIG"], []), {})
