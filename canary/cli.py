@@ -35,7 +35,6 @@ from canary.checks.estimate import checks_by_cell
 from canary.config import CanaryConfig
 from canary.config.load import blame_overrides, load_config
 from canary.core.term import NON_TTY_WIDTH, columns
-from canary.core.words import closest, listing
 from canary.errors import CanaryError, ConfigError, UsageError
 from canary.export.history import cli as history_cli
 from canary.export.prometheus.publish import pushgateway_url
@@ -45,6 +44,7 @@ from canary.judge.verdicts import INTERRUPTED_EXIT_CODE, OUTCOME_EXIT_CODE
 from canary.model.family_params import FAMILY_NAMES
 from canary.model.ref import BUILTIN_PREFIX, is_builtin
 from canary.plan.matrix import Plan, plan
+from canary.plan.selection import select_cells
 from canary.plan.validate import validate_plan
 from canary.plan.waves import Schedule, select_night
 from canary.run import quick_cli, quickstart
@@ -141,6 +141,11 @@ def _add_config_args(parser: argparse.ArgumentParser, config_default: str | None
         metavar="CELL_ID",
         help="run/plan only these cell ids (repeatable; a prefix matches)",
     )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="every cell of the matrix, also those the config's matrix.select leaves out",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -202,7 +207,7 @@ def _add_exit_codes(parser: argparse.ArgumentParser, text: str) -> None:
 
 def load_plan(args: argparse.Namespace) -> tuple[CanaryConfig, Plan]:
     """Load the config with overrides, check its full matrix (canary.plan.validate) and plan it,
-    honouring --pairwise and --only."""
+    honouring --pairwise, --only, matrix.select and --all (canary.plan.selection)."""
     overrides = list(args.overrides)
     if args.pairwise:
         overrides.append("matrix.reduction=pairwise")
@@ -211,23 +216,16 @@ def load_plan(args: argparse.Namespace) -> tuple[CanaryConfig, Plan]:
         validate_plan(config, str(args.config))
     except ConfigError as exc:
         raise blame_overrides(exc, list(args.overrides)) from None
-    the_plan = plan(config)
-    if args.only:
-        ids = [c.id for c in the_plan.cells]
-        for prefix in args.only:
-            if not any(i.startswith(prefix) for i in ids):
-                raise UsageError(no_cell_matches(prefix, ids, str(args.config)))
-        kept = tuple(c for c in the_plan.cells if any(c.id.startswith(p) for p in args.only))
-        the_plan = the_plan.model_copy(update={"cells": kept})
+    the_plan, note = select_cells(
+        plan(config),
+        only=args.only,
+        select=config.matrix.select,
+        everything=getattr(args, "all", False),
+        config=str(args.config),
+    )
+    if note is not None:
+        print(note, file=sys.stderr)
     return config, the_plan
-
-
-def no_cell_matches(prefix: str, ids: Sequence[str], config: str) -> str:
-    """An `--only` prefix no cell id starts with: where to find the ids, and the closest prefixes."""
-    depth = prefix.count(".") + 1
-    near = closest(prefix, (".".join(i.split(".")[:depth]) for i in ids), n=3, cutoff=0.5)
-    hint = f" (closest: {listing(near)})" if near else ""
-    return f"--only {prefix} matches no cell of {config}{hint}; list the cell ids with `canary plan {config}`"
 
 
 def schedule_for(config: CanaryConfig, the_plan: Plan) -> Schedule | None:

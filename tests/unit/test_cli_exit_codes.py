@@ -26,7 +26,7 @@ def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
 def test_an_only_that_matches_no_cell_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["plan", DEFAULT, "--only", "nope"]) == cli.EXIT_USAGE == UsageError.exit_code
     assert _error_line(capsys) == (
-        f"canary: error: --only nope matches no cell of {DEFAULT}; list the cell ids with `canary plan {DEFAULT}`"
+        f"canary: error: --only nope matches no cell of {DEFAULT}; list the cell ids with `canary plan {DEFAULT} --all`"
     )
 
 
