@@ -223,8 +223,7 @@ def load_plan(args: argparse.Namespace) -> tuple[CanaryConfig, Plan]:
         everything=getattr(args, "all", False),
         config=str(args.config),
     )
-    if note is not None:
-        print(note, file=sys.stderr)
+    args.selection_note = note  # said by the commands once they stand (canary plan's table, a run's start)
     return config, the_plan
 
 
@@ -298,6 +297,8 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     console.print(plan_table(the_plan, dict(schedule.gpus) if schedule is not None else None))
     high = sum(1 for c in the_plan.planned() if c.high_risk)
     console.print(f"high-risk planned cells: {high}")
+    if args.selection_note is not None:
+        console.print(args.selection_note)
     if the_plan.reduction == "pairwise":
         planned = len(the_plan.planned())
         console.print(
@@ -326,6 +327,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             return EXIT_OK
         if args.image:
             quickstart.refuse_missing_image(config, args.image)
+        if args.selection_note is not None:
+            console.print(args.selection_note)
         run = run_and_report(config, the_plan, config_path=str(args.config), console=console, results_from=results_from)
     except ConfigError as exc:
         raise blame_overrides(exc, list(args.overrides)) from None

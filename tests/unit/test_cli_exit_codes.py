@@ -35,7 +35,7 @@ def test_an_only_with_a_typo_names_the_closest_cell_ids(capsys: pytest.CaptureFi
     assert cli.main(["plan", DEFAULT, "--only", "agg.cpu_attn.b32", "--only", "pd.cpu_attn.p32-d46"]) == 2
     line = _error_line(capsys)
     assert "--only pd.cpu_attn.p32-d46 matches no cell of" in line
-    assert "(closest: pd.cpu_attn.p32-d64, pd.cpu_attn.p32-d32" in line and f"`canary plan {DEFAULT}`" in line
+    assert "(closest: pd.cpu_attn.p32-d64, pd.cpu_attn.p32-d32" in line and f"`canary plan {DEFAULT} --all`" in line
 
 
 def test_an_unknown_key_set_by_an_override_blames_the_override_with_a_did_you_mean(

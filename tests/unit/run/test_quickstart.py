@@ -154,7 +154,7 @@ def test_run_image_dry_run_shows_ref_in_every_candidate_container(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     ref = "registry.example.com/me/vllm-cpu:mine"
-    code, out, err = _main(capsys, "run", "--image", ref, "--dry-run", "--results-dir", str(tmp_path))
+    code, out, err = _main(capsys, "run", "--image", ref, "--dry-run", "--all", "--results-dir", str(tmp_path))
     assert code == 0, err
     assert f"a run would stop here: --image {ref}" in err  # not here: rendered, and said
     cells = {c["cell"]: c for c in json.loads(out)["cells"]}

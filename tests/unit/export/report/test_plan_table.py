@@ -57,7 +57,7 @@ def _blocks(lines: list[str], ids: list[str]) -> dict[str, str]:
     [("configs/cpu-default.yaml", ()), ("configs/h200-mrv2-pd.yaml", ("pd.flashinfer.p128", "agg.flash"))],
 )
 def test_plan_prints_every_column_whole_within_the_terminal(width: int, config: str, only: tuple[str, ...]) -> None:
-    result = _plan(width, config, *(a for p in only for a in ("--only", p)))
+    result = _plan(width, config, *(a for p in only for a in ("--only", p)), *(() if only else ("--all",)))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines and max(len(line) for line in lines) <= width
