@@ -11,7 +11,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("canary", "canary.errors", "canary.paths")),
     ("core", ("canary.core",)),
     ("sources", ("canary.vllm_source", "canary.model", "canary.images")),
-    ("config", ("canary.config", "canary.checks.*.settings", "canary.load.workloads.*.settings")),
+    (
+        "config",
+        ("canary.config", "canary.checks.*.settings", "canary.targets.*.settings", "canary.load.workloads.*.settings"),
+    ),
     ("plan", ("canary.plan",)),
     ("load", ("canary.load",)),
     ("judge", ("canary.judge",)),
@@ -25,7 +28,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 """(layer, module prefixes) from the bottom up; a prefix covers the module and everything below it, the
 longest prefix wins, and a `*` stands for any one name: every check folder's settings module sits in the
-config layer (canary.config assembles `checks` from them, so a check's settings live beside it)."""
+config layer (canary.config assembles `checks` from them, so a check's settings live beside it), and so
+does every target folder's (`target.kind` and its `target.<kind>` section) and workload kind's."""
 
 SEPARATE: tuple[tuple[str, str], ...] = (("canary.export.report", "canary.export.prometheus"),)
 """Pairs of packages in one layer that never import each other (two views of the same results)."""

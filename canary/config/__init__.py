@@ -1,8 +1,9 @@
 """The canary's configuration: one strict pydantic root model loaded from YAML, split by concern.
 
 base (shared types), models (models, images), matrix, checks (assembled from each check folder's
-`settings.py`), export, targets, root (CanaryConfig); this package re-exports every model (the
-built-in checks' settings too) so callers import from `canary.config` (on first use: see __getattr__).
+`settings.py`), export, targets (assembled from each target folder's `settings.py`), root (CanaryConfig);
+this package re-exports every model (the built-in checks' and targets' settings too) so callers import
+from `canary.config` (on first use: see __getattr__).
 
 Every model forbids unknown keys and describes every field. `canary.config.load.load_config` turns
 any problem (unreadable file, YAML syntax, unknown key, wrong type, impossible value, unknown
@@ -34,22 +35,20 @@ if TYPE_CHECKING:
     from canary.config.matrix import CellMatch, Expectation, ExtraCell, MatrixSpec
     from canary.config.models import CompressedCache, ImageSpec, ModelSpec
     from canary.config.root import CanaryConfig
-    from canary.config.targets import (
+    from canary.config.targets import DevicePoolConfig, TargetConfig
+    from canary.targets.container.settings import ContainerTargetConfig, PullPolicy
+    from canary.targets.endpoint.settings import EndpointTargetConfig
+    from canary.targets.kubernetes.settings import (
         DEFAULT_UCX_TLS,
         UCX_CUDA_TRANSPORTS,
         UCX_NETWORK_TRANSPORTS,
         UCX_TRANSPORTS,
-        ContainerTargetConfig,
-        DevicePoolConfig,
-        EndpointTargetConfig,
         KubernetesTargetConfig,
-        LocalTargetConfig,
         NixlTransportConfig,
         Placement,
-        PullPolicy,
         RotationConfig,
-        TargetConfig,
     )
+    from canary.targets.local.settings import LocalTargetConfig
 
 __all__ = [
     "DEFAULT_UCX_TLS",
@@ -102,7 +101,7 @@ __all__ = [
 
 
 _MODULES = ("base", "bisect", "checks", "export", "matrix", "models", "root", "targets")
-"""The submodules whose names this package re-exports (with every check folder's settings module)."""
+"""The submodules whose names this package re-exports (with every check and target folder's settings module)."""
 
 
 def __getattr__(name: str) -> object:
@@ -111,9 +110,11 @@ def __getattr__(name: str) -> object:
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from canary.config.checks import SECTIONS
+    from canary.config.targets import TARGET_SECTIONS
 
     homes = [f"{__name__}.{module}" for module in _MODULES]
     homes += [section.model.__module__ for section in SECTIONS.values()]
+    homes += [section.model.__module__ for section in TARGET_SECTIONS.values()]
     for home in homes:
         module = importlib.import_module(home)
         if hasattr(module, name):

@@ -12,7 +12,7 @@ from canary.config.checks import ChecksConfig
 from canary.config.export import ExportConfig
 from canary.config.matrix import MatrixSpec
 from canary.config.models import ImageSpec, ModelSpec
-from canary.config.targets import UCX_CUDA_TRANSPORTS, TargetConfig
+from canary.config.targets import TARGET_SECTIONS, TargetConfig
 from canary.core.words import listing
 
 
@@ -79,39 +79,11 @@ class CanaryConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _nixl_transport_moves_gpu_memory(self) -> CanaryConfig:
-        nixl = self.target.kubernetes.nixl
-        if self.platform != "cpu" and not UCX_CUDA_TRANSPORTS & set(nixl.transports):
-            raise RefError(
-                "target.kubernetes.nixl.ucx_tls",
-                f"{nixl.tls!r} lists no cuda_copy: on {self.platform} the KV cache is GPU memory, which UCX "
-                "moves only with a CUDA transport (e.g. rc,cuda_copy)",
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _container_images_are_known(self) -> CanaryConfig:
-        for key in self.target.container.images:
-            if key not in self.images:
-                raise RefError(
-                    f"target.container.images.{key}",
-                    f"unknown image key {key!r}; the keys of images: {listing(sorted(self.images))}",
-                )
-        return self
-
-    @model_validator(mode="after")
-    def _cluster_images_are_pullable(self) -> CanaryConfig:
-        if self.target.kind != "kubernetes":
-            return self
-        from canary.images.table import is_image_reference
-
-        for key, image in self.images.items():
-            if not is_image_reference(image.ref):
-                raise RefError(
-                    f"images.{key}.ref",
-                    f"{image.ref!r} is a pip requirement, which only the local target installs; a cluster pulls "
-                    "a container image: give a reference like registry.example.com/me/vllm:0.33.0-mypatch",
-                )
+    def _targets_can_work_with_it(self) -> CanaryConfig:
+        for section in TARGET_SECTIONS.values():  # each kind's own cross-checks (canary/targets/<kind>/settings.py)
+            problem = section.problem(self) if section.problem is not None else None
+            if problem is not None:
+                raise RefError(*problem)
         return self
 
     @model_validator(mode="after")

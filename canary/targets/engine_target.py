@@ -5,8 +5,8 @@
 - the supervisor (canary.targets.supervisor): starts the servers as process groups, waits until they are
   ready, watches them, freezes and stops them;
 - a runner of processes, the only part in which targets differ: the local target's runs each plan's own
-  command from an engine venv (canary.targets.local), the container target's runs it from an image
-  through docker or podman (canary.targets.container).
+  command from an engine venv (canary.targets.local.target), the container target's runs it from an image
+  through docker or podman (canary.targets.container.target).
 
 If anything fails to come up, deploy tears everything down and still yields a Deployment (started=False,
 failure=...) so the startup check can classify the failure from the logs.

@@ -2,7 +2,7 @@
 
 A target hands the supervisor `Launch`es: each planned server (canary.targets.engine_plan) with the host
 command that runs it, the plan's own command for a local process or a container CLI's attached `run`
-(canary.targets.container). Every launch becomes one process group on this machine
+(canary.targets.container.target). Every launch becomes one process group on this machine
 (canary.targets.processes) with its log in the cell's log directory. Engines start together; the first
 death, a fatal log line (canary.targets.signatures) or the startup deadline ends the wait; the router starts
 once both engines of a P/D pair are ready. Once ready, the deployment's `exit_status` reports a server that

@@ -29,7 +29,7 @@ from canary.config.load import load_config
 from canary.images.patchseries import read_series
 from canary.images.table import cpu_engine_ref
 from canary.paths import CONFIGS_DIR, REPO_ROOT
-from canary.targets.container import ContainerTarget
+from canary.targets.container.target import ContainerTarget
 from canary.targets.container_cli import MANAGED_LABEL, find_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.timeout(2400)]

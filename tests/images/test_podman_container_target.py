@@ -24,7 +24,7 @@ from canary.images.table import cpu_engine_ref, router_ref
 from canary.paths import CONFIGS_DIR, REPO_ROOT
 from canary.plan.matrix import plan
 from canary.targets import processes
-from canary.targets.container import ContainerTarget
+from canary.targets.container.target import ContainerTarget
 from canary.targets.container_cli import CELL_LABEL, MANAGED_LABEL, OWNER_LABEL, find_cli, owner_id
 from canary.targets.readiness import probe
 

@@ -30,7 +30,7 @@ from canary.paths import CACHE_DIR
 from canary.plan.cell import Cell
 from canary.plan.matrix import plan
 from canary.targets.base import Deployment
-from canary.targets.local import LocalTarget
+from canary.targets.local.target import LocalTarget
 from canary.targets.processes import tail
 
 TINY_MODEL_DIR = Path(os.environ.get("CANARY_TEST_MODEL_DIR") or CACHE_DIR / "models" / "tiny")

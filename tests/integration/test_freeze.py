@@ -19,7 +19,7 @@ from canary.checks.base import run_before_checks
 from canary.checks.kv_transfer import check as kv_transfer
 from canary.targets import processes
 from canary.targets.base import Deployment
-from canary.targets.local import LocalTarget
+from canary.targets.local.target import LocalTarget
 from canary.targets.readiness import probe
 
 pytestmark = pytest.mark.engine

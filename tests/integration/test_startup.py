@@ -25,7 +25,7 @@ from canary.core.promtext import scrape, total
 from canary.judge.expectations import apply_expectation
 from canary.judge.results import CheckResult
 from canary.targets.base import Deployment
-from canary.targets.endpoint import EndpointTarget
+from canary.targets.endpoint.target import EndpointTarget
 from canary.targets.processes import group_members, pid_alive
 
 pytestmark = pytest.mark.engine

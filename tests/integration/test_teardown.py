@@ -272,7 +272,7 @@ ENGINE_CONTROLLER = textwrap.dedent(
     from pathlib import Path
     from canary.config.load import validate_config
     from canary.plan.matrix import plan
-    from canary.targets.local import LocalTarget
+    from canary.targets.local.target import LocalTarget
     config = validate_config(json.loads(sys.argv[2]), "test")
     cell = plan(config).planned()[0]
     with LocalTarget(config).deploy(cell, Path(sys.argv[1])) as deployment:

@@ -65,7 +65,7 @@ def loud_target(monkeypatch: pytest.MonkeyPatch, *, real: bool = False) -> LoudT
     (and what it checks before a run) but make its deploy the LoudTarget's."""
     import canary.run.cells as runner
     import canary.run.orchestrate as orchestrate
-    from canary.targets.local import LocalTarget
+    from canary.targets.local.target import LocalTarget
 
     target = LoudTarget()
     if real:

@@ -49,6 +49,7 @@ from canary.plan.kube_names import (
     LABEL_ROLE,
     LABEL_RUN,
 )
+from canary.targets import target_kind
 from canary.targets.base import Deployment, ServerInfo
 from canary.targets.kubernetes.state import (
     ENGINE_ROLES_PD,
@@ -82,6 +83,7 @@ def service_url(name: str, namespace: str, port: int) -> str:
     return f"http://{name}.{namespace}.svc:{port}"
 
 
+@target_kind("kubernetes")
 class KubernetesTarget:
     """Finds the cells of a vllm-pd release and reports their state; deploys nothing.
 

@@ -14,7 +14,7 @@ from canary.paths import REPO_ROOT
 from canary.plan.cell import RISK_MIXED_PAIR
 from canary.plan.matrix import plan
 from canary.targets.engine_plan import EngineBuild, port_names
-from canary.targets.local import LocalTarget
+from canary.targets.local.target import LocalTarget
 
 
 def _pd(**fields: Any) -> dict[str, Any]:

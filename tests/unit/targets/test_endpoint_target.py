@@ -21,7 +21,7 @@ from canary.config.load import load_config
 from canary.paths import CONFIGS_DIR
 from canary.plan.matrix import plan
 from canary.targets import create_target
-from canary.targets.endpoint import EndpointTarget
+from canary.targets.endpoint.target import EndpointTarget
 
 CACHE_INFO = (
     'vllm:cache_config_info{block_size="%d",cache_dtype="auto",effective_attention_block_size="%d",'
@@ -132,12 +132,11 @@ def test_pd_endpoint_servers_and_describe(stand_in: str) -> None:
 
 def test_every_target_kind_is_built_the_same_way() -> None:
     """Issue 44: the registry has no special case; each class takes (config, *, source)."""
-    import importlib
     import inspect
 
-    from canary.targets import TARGETS
+    from canary.config.targets import TARGET_KINDS
+    from canary.targets import target_class
 
-    for kind, where in TARGETS.items():
-        module, _, name = where.partition(":")
-        params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+    for kind in TARGET_KINDS:
+        params = inspect.signature(target_class(kind)).parameters
         assert "source" in params and params["source"].kind is inspect.Parameter.KEYWORD_ONLY, kind

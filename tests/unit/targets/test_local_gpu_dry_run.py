@@ -16,7 +16,7 @@ from canary.errors import ConfigError
 from canary.model.ref import hub_repo_dir
 from canary.paths import CONFIGS_DIR
 from canary.plan.matrix import plan
-from canary.targets.local import LocalTarget
+from canary.targets.local.target import LocalTarget
 
 ONE_BOX = str(CONFIGS_DIR / "one-box-8gpu.yaml")
 H200 = str(CONFIGS_DIR / "h200-mrv2-pd.yaml")

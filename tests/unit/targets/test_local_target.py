@@ -8,7 +8,7 @@ from typing import Any
 from canary.config.load import load_config
 from canary.paths import CONFIGS_DIR
 from canary.plan.matrix import plan
-from canary.targets.local import LocalTarget
+from canary.targets.local.target import LocalTarget
 
 
 def _cells(*overrides: str) -> tuple[LocalTarget, dict[str, Any]]:
@@ -146,7 +146,7 @@ def test_two_images_on_one_engine_are_refused_unless_the_config_says_so() -> Non
 def test_the_targets_are_composed_of_one_planner_and_differ_in_their_runner() -> None:
     import inspect
 
-    from canary.targets.container import ContainerTarget
+    from canary.targets.container.target import ContainerTarget
     from canary.targets.engine_plan import EnginePlanner
 
     assert not issubclass(ContainerTarget, LocalTarget) and not issubclass(LocalTarget, ContainerTarget)

@@ -33,6 +33,7 @@ from canary.errors import CanaryError, ConfigError
 from canary.images.table import cpu_engine_version, is_pip_requirement
 from canary.paths import CACHE_DIR
 from canary.plan.cell import Cell
+from canary.targets import target_kind
 from canary.targets.base import Deployment
 from canary.targets.engine_plan import CellPlan, EngineBuild, EnginePlanner, as_absolute, resolve_executable
 from canary.targets.engine_target import EngineTarget, check_same_engines, run_keys
@@ -222,6 +223,7 @@ class LocalRunner:
         Supervisor.thaw(deployment)
 
 
+@target_kind("local")
 class LocalTarget(EngineTarget):
     """Starts and stops the cell's servers as local process groups."""
 

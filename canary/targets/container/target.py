@@ -29,7 +29,7 @@ from canary.config import CanaryConfig
 from canary.errors import CanaryError, warn_stderr
 from canary.paths import CACHE_DIR
 from canary.plan.cell import Cell
-from canary.targets import cgroup_weight, processes
+from canary.targets import cgroup_weight, processes, target_kind
 from canary.targets.base import Deployment
 from canary.targets.cgroup_weight import WeightedParent
 from canary.targets.container_cli import (
@@ -398,6 +398,7 @@ class ContainerRunner:
         self.cli.remove(mine, stop_timeout_s=1)
 
 
+@target_kind("container")
 class ContainerTarget(EngineTarget):
     """Starts and stops the cell's servers as containers."""
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from canary.config import CanaryConfig, EndpointTargetConfig
 from canary.errors import CanaryError
 from canary.plan.cell import Cell
+from canary.targets import target_kind
 from canary.targets.base import Deployment, ServerInfo
 from canary.targets.readiness import wait_ready
 
@@ -28,6 +29,7 @@ def _base_of(metrics_url: str) -> str:
     return metrics_url.rstrip("/").removesuffix("/metrics")
 
 
+@target_kind("endpoint")
 class EndpointTarget:
     """Points the checks at an existing deployment."""
 
