@@ -351,16 +351,18 @@ def exit_code(run: RunResult) -> int:
 
 def run_needs(config: CanaryConfig, env: Mapping[str, str]) -> list[str]:
     """What `make canary` installs for a run of this config: `engine` (the CPU engine venv: a local target on
-    CPU whose images run it; never for a GPU platform, canary.targets.local.local_engine_needs),
+    CPU whose images run it; never for a GPU platform, canary.targets.local.target.local_engine_needs),
     `model` (the tiny model: a builtin model on a target that reads it from this machine), `families` (the
     KV family models, canary.model.family_params: one of them is served),
     `pushgateway` (results are pushed: export.pushgateway.url or $PUSHGATEWAY_URL)."""
-    from canary.targets.local import local_engine_needs
+    from canary.config.targets import TARGET_SECTIONS
+    from canary.targets.local.target import local_engine_needs
 
     needs = []
     if config.target.kind == "local" and local_engine_needs(config)[0]:
         needs.append("engine")
-    if config.target.kind in ("local", "container") and any(is_builtin(m.source) for m in config.models):
+    engines_here = TARGET_SECTIONS[config.target.kind].engines_here  # its settings.py says (local, container)
+    if engines_here and any(is_builtin(m.source) for m in config.models):
         needs.append("model")
         if any(m.source.removeprefix(BUILTIN_PREFIX) in FAMILY_NAMES for m in config.models):
             needs.append("families")
@@ -372,7 +374,7 @@ def run_needs(config: CanaryConfig, env: Mapping[str, str]) -> list[str]:
 def cmd_needs(args: argparse.Namespace, console: Console) -> int:
     """Print run_needs's words on one line (nothing when the run needs only the controller venv); on stderr,
     what the user must provide that nothing here installs (a local GPU config's engine pythons)."""
-    from canary.targets.local import local_engine_needs
+    from canary.targets.local.target import local_engine_needs
 
     config = load_config(args.config, [])
     print(" ".join(run_needs(config, os.environ)))
