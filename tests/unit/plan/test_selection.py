@@ -26,14 +26,17 @@ def _planned(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[set[str], 
 
 
 def test_the_defaults_first_run_takes_its_selected_cells_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
-    cells, err = _planned(capsys)
+    cells, _ = _planned(capsys)
     assert cells == FIRST_RUN
-    assert "matrix.select: 4 of 10 cells" in err and "--all" in err
+    assert main(["plan", DEFAULT]) == 0  # the table says how the cells were chosen
+    table = capsys.readouterr().out
+    assert "matrix.select: 4 of 10 cells" in table and "--all" in table
+    assert "agg.cpu_attn.b16" not in table
 
 
 def test_all_takes_every_cell_and_only_overrides_the_selection(capsys: pytest.CaptureFixture[str]) -> None:
     every, err = _planned(capsys, "--all")
-    assert len(every) == 10 and FIRST_RUN < every and err == ""
+    assert len(every) == 10 and every > FIRST_RUN and err == ""
     named, _ = _planned(capsys, "--only", "agg.cpu_attn.b16")
     assert named == {"agg.cpu_attn.b16.auto.v1.baseline"}  # not in the selection: --only wins
     unselected, _ = _planned(capsys, "--set", "matrix.select=[]")
@@ -46,3 +49,16 @@ def test_a_selected_id_that_is_no_cell_exits_2_naming_the_key_and_the_closest(
     assert main(["plan", DEFAULT, "--set", "matrix.select=[agg.cpu_attn.b128.auto.v1.baselin]"]) == 2
     err = capsys.readouterr().err
     assert "matrix.select" in err and "agg.cpu_attn.b128.auto.v1.baseline" in err
+
+
+def test_a_matrix_narrowed_past_the_selection_names_the_missing_ids_or_refuses(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    narrowed = ["--set", "matrix.prefill_block_sizes=[16, 32]"]  # no block-128 cells but the included ones
+    assert main(["plan", DEFAULT, *narrowed]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the note wraps at the terminal's width
+    assert "matrix.select: 2 of 8 cells" in out
+    assert "not in this matrix: agg.cpu_attn.b128.auto.v1.baseline (closest: " in out
+    none_left = [*narrowed, "--set", "matrix.select=[agg.cpu_attn.b128.auto.v1.baseline]"]
+    assert main(["plan", DEFAULT, *none_left]) == 2
+    assert "matrix.select: takes none of this matrix's 8 cells" in capsys.readouterr().err
