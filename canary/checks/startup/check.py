@@ -49,7 +49,7 @@ from canary.checks.startup import phases as startup_phases
 from canary.checks.startup.estimate import estimate
 from canary.checks.startup.exported import EXPORTED
 from canary.checks.startup.image_facts import image_facts
-from canary.checks.startup.layout import has_declaration, judge_layouts, summarize
+from canary.checks.startup.layout import LayoutJudgement, has_declaration, judge_layouts, summarize
 from canary.config import StartupCheckConfig
 from canary.core import metric_keys as keys
 from canary.core.promtext import Sample, first, scrape
@@ -383,15 +383,9 @@ def startup_check(ctx: CheckContext) -> CheckResult:
     if not deployment.started:
         return _failed(ctx)
     metrics = _ready_metrics(deployment)
-    ready = probe(deployment.base_url, deployment.served_model)
-    if not ready.ready:
-        return CheckResult(
-            name="startup",
-            verdict="fail",
-            summary=f"started but not ready now at {deployment.base_url}: {ready.detail}",
-            metrics=metrics,
-            evidence={"failure_class": None, "serving": False, "probe": ready.detail},
-        )
+    not_ready = _not_ready_now(deployment, metrics)
+    if not_ready is not None:
+        return not_ready
     start_phases = _phases(deployment)
     evidence: dict[str, object] = {"failure_class": None, "serving": True, "image_facts": image_facts(deployment)}
     if start_phases:
@@ -406,70 +400,113 @@ def startup_check(ctx: CheckContext) -> CheckResult:
             metrics=metrics,
             evidence=evidence,
         )
-
-    cpu = ctx.config.platform == "cpu"
-    gates: list[Gate] = []
-    live: dict[str, object] = {}
-    all_mismatches: list[str] = []
-    unverified: dict[str, list[str]] = {}
-    cannot_judge: list[str] = []
     layouts = {role: deployment.servers[role].layout() for role in deployment.engine_roles}
+    live = LiveConfig()
     for role in deployment.engine_roles:
-        server = deployment.servers[role]
-        expected = expected_for(ctx.cell, role)
-        planned_kernel = expected.kernel_block_size
-        if ctx.config.checks.startup.layout_probe and has_declaration(layouts[role]):
-            # The engine said what its backend declares: layout-kernel-block judges the kernel block
-            # against that; the plan's kernel came from the catalog / config, a cross-check only.
-            expected = replace(expected, kernel_block_size=None)
-        try:
-            observed = observe(server, cpu, layouts[role])
-        except CanaryError as exc:  # missing evidence, not another config
-            cannot_judge.append(f"{role}: cannot read live config: {exc}")
-            continue
-        mismatches, missing = compare(expected, observed)
-        live_role: dict[str, object] = {"expected": asdict(expected), "observed": asdict(observed)}
-        live[role] = live_role
-        if expected.kernel_block_size is None and planned_kernel is not None:
-            live_role["kernel_block_size"] = (
-                f"planned {planned_kernel} from the catalog / config; judged by layout-kernel-block-{role} "
-                "against the engine's declaration"
-            )
-        if missing:
-            unverified[role] = missing
-        cannot_judge += [f"{role} {n}: {why_missing(observed, n)}" for n in missing_evidence(observed, missing)]
-        for key, value in (
-            ("block_size", observed.block_size),
-            ("kernel_block_size", observed.kernel_block_size),
-            ("num_gpu_blocks", observed.num_gpu_blocks),
-            ("kv_cache_tokens", observed.kv_cache_size_tokens),
-        ):
-            if value is not None:
-                metrics[role_metric(key, role)] = float(value)
-        gates.append(
-            Gate(
-                name=f"live-config-{role}",
-                passed=not mismatches,
-                detail="; ".join(mismatches)
-                or "runs what the cell asked" + (f" (not verifiable: {', '.join(missing)})" if missing else ""),
-            )
-        )
-        all_mismatches += [f"{role} {m}" for m in mismatches]
-    layout_result = judge_layouts(
-        ctx.cell,
-        layouts,
-        ctx.config,
-        installed=[r for r in deployment.engine_roles if deployment.servers[r].layout_dir is not None],
-        logs={r: deployment.servers[r].log_text() for r in deployment.engine_roles},
+        _verify_engine(ctx, role, layouts[role], live, metrics)
+    layout_result = _judge_layout(ctx, layouts)
+    return _live_config_verdict(ctx, live, layout_result, metrics, evidence, _ready_summary(metrics, start_phases))
+
+
+# --------------------------------------------------------------------------- readiness
+
+
+def _not_ready_now(deployment: Deployment, metrics: dict[str, float]) -> CheckResult | None:
+    """A started cell that does not answer now fails (None: it serves the model)."""
+    ready = probe(deployment.base_url, deployment.served_model)
+    if ready.ready:
+        return None
+    return CheckResult(
+        name="startup",
+        verdict="fail",
+        summary=f"started but not ready now at {deployment.base_url}: {ready.detail}",
+        metrics=metrics,
+        evidence={"failure_class": None, "serving": False, "probe": ready.detail},
     )
-    gates += layout_result.gates
-    all_mismatches += layout_result.failures
-    cannot_judge += layout_result.probe_failures  # a probe that was expected and did not hook: never a pass
-    evidence |= {"live_config": live, "layout": layout_result.evidence}
+
+
+# --------------------------------------------------------------------------- live config
+
+
+@dataclass
+class LiveConfig:
+    """What the engines of a serving cell said they run, against what the cell asked, role by role."""
+
+    gates: list[Gate] = field(default_factory=list)
+    """One `live-config-<role>` gate per engine that could be read."""
+    live: dict[str, object] = field(default_factory=dict)
+    """Per role: expected and observed (evidence["live_config"])."""
+    mismatches: list[str] = field(default_factory=list)
+    """`<role> <what differs>`: the engine runs another config than asked."""
+    unverified: dict[str, list[str]] = field(default_factory=dict)
+    """Per role: fields the target cannot show (an endpoint's logs)."""
+    cannot_judge: list[str] = field(default_factory=list)
+    """Evidence that should be there and is not: the check cannot judge (invalid)."""
+
+
+def _verify_engine(
+    ctx: CheckContext, role: str, layout: Mapping[str, Any] | None, live: LiveConfig, metrics: dict[str, float]
+) -> None:
+    """Compare one engine's live config with the cell's: a gate, its sizes as metrics, what is missing."""
+    expected = expected_for(ctx.cell, role)
+    planned_kernel = expected.kernel_block_size
+    if ctx.config.checks.startup.layout_probe and has_declaration(layout):
+        # The engine said what its backend declares: layout-kernel-block judges the kernel block
+        # against that; the plan's kernel came from the catalog / config, a cross-check only.
+        expected = replace(expected, kernel_block_size=None)
+    try:
+        observed = observe(ctx.deployment.servers[role], ctx.config.platform == "cpu", layout)
+    except CanaryError as exc:  # missing evidence, not another config
+        live.cannot_judge.append(f"{role}: cannot read live config: {exc}")
+        return
+    mismatches, missing = compare(expected, observed)
+    live_role: dict[str, object] = {"expected": asdict(expected), "observed": asdict(observed)}
+    live.live[role] = live_role
+    if expected.kernel_block_size is None and planned_kernel is not None:
+        live_role["kernel_block_size"] = (
+            f"planned {planned_kernel} from the catalog / config; judged by layout-kernel-block-{role} "
+            "against the engine's declaration"
+        )
+    if missing:
+        live.unverified[role] = missing
+    live.cannot_judge += [f"{role} {n}: {why_missing(observed, n)}" for n in missing_evidence(observed, missing)]
+    for key, value in (
+        ("block_size", observed.block_size),
+        ("kernel_block_size", observed.kernel_block_size),
+        ("num_gpu_blocks", observed.num_gpu_blocks),
+        ("kv_cache_tokens", observed.kv_cache_size_tokens),
+    ):
+        if value is not None:
+            metrics[role_metric(key, role)] = float(value)
+    live.gates.append(
+        Gate(
+            name=f"live-config-{role}",
+            passed=not mismatches,
+            detail="; ".join(mismatches)
+            or "runs what the cell asked" + (f" (not verifiable: {', '.join(missing)})" if missing else ""),
+        )
+    )
+    live.mismatches += [f"{role} {m}" for m in mismatches]
+
+
+def _live_config_verdict(
+    ctx: CheckContext,
+    live: LiveConfig,
+    layout_result: LayoutJudgement,
+    metrics: dict[str, float],
+    evidence: dict[str, object],
+    ready_summary: str,
+) -> CheckResult:
+    """fail on any mismatch (live config or layout), invalid on missing evidence, else pass."""
+    deployment = ctx.deployment
+    gates = live.gates + layout_result.gates
+    all_mismatches = live.mismatches + layout_result.failures
+    cannot_judge = live.cannot_judge + layout_result.probe_failures  # a probe that did not hook: never a pass
+    evidence |= {"live_config": live.live, "layout": layout_result.evidence}
     if deployment.evidence:
         evidence["deployment"] = deployment.evidence  # e.g. NIXL transport and placement, asked vs observed
-    if unverified:
-        evidence["unverified"] = unverified
+    if live.unverified:
+        evidence["unverified"] = live.unverified
     if all_mismatches:
         evidence["mismatches"] = all_mismatches
         return CheckResult(
@@ -496,10 +533,25 @@ def startup_check(ctx: CheckContext) -> CheckResult:
     return CheckResult(
         name="startup",
         verdict="pass",
-        summary=_ready_summary(metrics, start_phases) + _verified(unverified) + layout_result.summary_suffix,
+        summary=ready_summary + _verified(live.unverified) + layout_result.summary_suffix,
         metrics=metrics,
         gates=gates,
         evidence=evidence,
+    )
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def _judge_layout(ctx: CheckContext, layouts: Mapping[str, Mapping[str, Any] | None]) -> LayoutJudgement:
+    """The layout gates (canary/checks/startup/layout.py) over every engine's probe record."""
+    deployment = ctx.deployment
+    return judge_layouts(
+        ctx.cell,
+        layouts,
+        ctx.config,
+        installed=[r for r in deployment.engine_roles if deployment.servers[r].layout_dir is not None],
+        logs={r: deployment.servers[r].log_text() for r in deployment.engine_roles},
     )
 
 
