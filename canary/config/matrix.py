@@ -149,11 +149,6 @@ class MatrixSpec(Strict):
         description="Cell ids a run or plan takes when the command line names none (`--only`); `--all` takes "
         "every cell. Empty: every cell. The embedded default uses it for a first run of a few minutes.",
     )
-    select: list[str] = Field(
-        default_factory=list,
-        description="Cell ids a run or plan takes when the command line names none (`--only`); `--all` takes "
-        "every cell. Empty: every cell. The embedded default uses it for a first run of a few minutes.",
-    )
 
     @field_validator("attention_backends", "kv_cache_dtypes", "prefill_tp_sizes", "decode_tp_sizes")
     @classmethod
