@@ -24,6 +24,7 @@ from canary.config.base import CheckSection, Strict
 if TYPE_CHECKING:
     from canary.checks.accuracy.settings import AccuracyCheckConfig
     from canary.checks.kv_transfer.settings import KvTransferCheckConfig
+    from canary.checks.lifecycle.settings import LifecycleCheckConfig
     from canary.checks.parity.settings import ParityCheckConfig
     from canary.checks.startup.settings import StartupCheckConfig
     from canary.checks.throughput.settings import ThroughputCheckConfig
@@ -65,6 +66,7 @@ class ChecksConfig(Strict):
         accuracy: AccuracyCheckConfig = Field(default_factory=AccuracyCheckConfig)
         parity: ParityCheckConfig = Field(default_factory=ParityCheckConfig)
         throughput: ThroughputCheckConfig = Field(default_factory=ThroughputCheckConfig)
+        lifecycle: LifecycleCheckConfig = Field(default_factory=LifecycleCheckConfig)
 
     def section(self, model: type[SectionT]) -> SectionT:
         """The section whose model is `model` (typed access for any check, built-in or added)."""

@@ -6,7 +6,7 @@ Targets are chosen by `target.kind` from a small registry (`canary.targets.creat
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +16,9 @@ from canary.plan.cell import Cell
 from canary.targets.engine_site.layout_probe import LOG_PREFIX as LAYOUT_LOG_PREFIX
 from canary.targets.liveness import EngineDeath, ExitStatus
 from canary.targets.liveness import deaths as find_deaths
+
+RestartRole = Callable[[str, float], str | None]
+"""(role, timeout_s) -> None once the role's server is back and ready, else why not (in words)."""
 
 
 @dataclass
@@ -101,6 +104,24 @@ class Deployment:
     exit_status: ExitStatus | None = None
     """Set by a target that watches its servers (canary.targets.liveness): a role's exit status once it
     has exited, None while it runs. None here: this target cannot tell (an endpoint, a cluster)."""
+    restart_role: RestartRole | None = None
+    """Set by a target that can restart one role of a started cell while the others keep running (the
+    local target): stop that role's server, start it again with the same command, ports and cores, and
+    wait until it is ready. None: this target cannot (a check that needs it reports `unsupported`)."""
+
+    def restart(self, role: str, timeout_s: float) -> str | None:
+        """Restart one role's server (see restart_role): None once it is back and ready, else why not.
+        A target that cannot restart a role raises NotImplementedError (check `can_restart` first)."""
+        if self.restart_role is None:
+            raise NotImplementedError("this target cannot restart one role of a deployment")
+        if role not in self.servers or role == "router":
+            return f"no {role} engine in this deployment (roles: {', '.join(self.engine_roles) or 'none'})"
+        return self.restart_role(role, timeout_s)
+
+    @property
+    def can_restart(self) -> bool:
+        """Whether the target can restart one role of this deployment (restart_role)."""
+        return self.restart_role is not None
 
     def deaths(self) -> list[EngineDeath]:
         """The servers that have exited since the cell started (empty where the target cannot tell)."""

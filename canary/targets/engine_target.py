@@ -25,6 +25,7 @@ from canary.errors import ConfigError
 from canary.plan.cell import Cell
 from canary.targets.base import Deployment
 from canary.targets.engine_plan import CellPlan, EngineBuild, EnginePlanner, placeholder_ports, port_names
+from canary.targets.restart import restarter
 from canary.targets.supervisor import Launch, Started, Supervisor
 
 StopProcesses = Callable[[], None]
@@ -167,6 +168,8 @@ class EngineTarget:
             try:
                 self.supervisor.bring_up(deployment, launches, started, log_dir)
                 self._after_start(deployment, launches, started, stop)
+                if deployment.started and self.kind == "local":  # a container would need its name freed first
+                    deployment.restart_role = restarter(deployment, launches, started, nice=self.supervisor.nice)
                 yield deployment
             finally:
                 self.runner.stop(deployment, stop)

@@ -41,8 +41,8 @@ Cardinality
 -----------
 Bounded by the config, never by time: there is no run id, timestamp, URL or free text in any
 label (the parity metrics are per cell: no prompt text, length or fingerprint in any label). A run
-exposes at most ``SERIES_PER_CELL`` (124) series per cell plus ~15 run series: the CPU default
-(10 cells) < 1250 series, a 500-cell GPU matrix about 62k (a cell has only its topology's share: P/D
+exposes at most ``SERIES_PER_CELL`` (128) series per cell plus ~15 run series: the CPU default
+(10 cells) < 1300 series, a 500-cell GPU matrix about 64k (a cell has only its topology's share: P/D
 cells no drift series, aggregated cells no P/D fidelity, P/D time or gain series). Every push replaces the whole
 group, so series of cells no longer in the matrix disappear with the next run. ``verdict`` and
 ``failure_class`` series exist only for the current value (one series per cell), so a change of
@@ -321,9 +321,9 @@ def _all_specs() -> tuple[MetricSpec, ...]:
 ALL_METRICS: tuple[MetricSpec, ...] = _all_specs()
 METRICS_BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in ALL_METRICS}
 # Upper bound of series one cell can produce (for the cardinality estimate above).
-# 4 cell series (verdict, status, duration, failure), 3 per check (6 check names), the check numbers,
+# 4 cell series (verdict, status, duration, failure), 3 per check (7 check names), the check numbers,
 # the last-checked time, one per risk flag.
-SERIES_PER_CELL = 4 + 3 * 6 + len(CHECK_METRICS) + len(COVERAGE_METRICS) + len(RISKS)
+SERIES_PER_CELL = 4 + 3 * 7 + len(CHECK_METRICS) + len(COVERAGE_METRICS) + len(RISKS)
 
 
 # --------------------------------------------------------------------------- canary bisect

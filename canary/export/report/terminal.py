@@ -132,17 +132,24 @@ def _packed(pieces: list[Text], width: int, gap: str = "  ") -> list[Text]:
 
 
 def cell_rows(run: RunResult) -> FittedTable:
-    """Verdicts: one row per cell, each check's verdict, and the reason (cut; summary.md has it whole)."""
+    """Verdicts: one row per cell, the verdict of each check that ran on some cell (a check off in this run,
+    such as the lifecycle check by default, gets no column), and the reason (cut; summary.md has it whole)."""
     cells = run.cells
     columns = [("cell", tuple(r.cell.id for r in cells)), ("verdict", tuple(r.verdict for r in cells))]
-    for name in CHECKS:
+    names = checks_that_ran(run)
+    for name in names:
         columns.append((name, tuple(c.verdict if (c := r.check(name)) else "-" for r in cells)))
     return FittedTable(
         title=f"run {run.run_id}: {verdict_counts(run.counts())}",
         columns=tuple(columns),
         reasons=tuple(r.reason for r in cells),
-        verdicts=frozenset(("verdict", *CHECKS)),
+        verdicts=frozenset(("verdict", *names)),
     )
+
+
+def checks_that_ran(run: RunResult) -> tuple[str, ...]:
+    """The checks with a result on some cell of the run, in check order."""
+    return tuple(name for name in CHECKS if any(r.check(name) is not None for r in run.cells))
 
 
 def number_rows(run: RunResult) -> FittedTable:

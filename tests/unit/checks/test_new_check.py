@@ -115,7 +115,7 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_its_folder_configures_and_orders_it(probed: dict[str, Any]) -> None:
     assert probed["section"] == "ThrowawaySettings" and probed["minutes"] == 7
-    assert probed["order"] == ["startup", "parity", "accuracy", "throughput", "kv_transfer", "throwaway"]
+    assert probed["order"] == ["startup", "parity", "accuracy", "throughput", "kv_transfer", "lifecycle", "throwaway"]
 
 
 def test_its_metric_is_in_the_prometheus_schema_and_the_reference(probed: dict[str, Any]) -> None:
@@ -132,6 +132,6 @@ def test_the_wave_estimate_uses_its_declared_time(probed: dict[str, Any]) -> Non
 
 
 def test_the_built_in_checks_are_folders_like_it() -> None:
-    for name in ("startup", "parity", "accuracy", "throughput", "kv_transfer"):
+    for name in ("startup", "parity", "accuracy", "throughput", "kv_transfer", "lifecycle"):
         folder = Path(REPO_ROOT / "canary" / "checks" / name)
         assert {"settings.py", "exported.py", "estimate.py", "check.py"} <= {p.name for p in folder.iterdir()}
