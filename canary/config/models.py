@@ -55,6 +55,12 @@ class ModelSpec(Strict):
         None, description="Expected GSM8K flexible-extract accuracy of a healthy deployment (the absolute gate)."
     )
     extra_args: list[str] = Field(default_factory=list, description="Extra engine CLI args for this model.")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment variables of this model's engines, for what vLLM takes only from the environment "
+        "(e.g. VLLM_SSM_CONV_STATE_LAYOUT=DS, which vLLM 0.33's NIXL connector asserts for Mamba/GDN hybrids). Local "
+        "and container targets: set after target.local.env; Kubernetes: the cell's env in the vllm-pd chart.",
+    )
     include_only: bool = Field(
         False,
         description="Leave this model out of the matrix's cross product: it runs only in the `matrix.include` cells "

@@ -10,7 +10,8 @@ CPU), the cell's settings (model runner, NIXL side channel, CPU binding, the eng
 CUDA_VISIBLE_DEVICES from canary.targets.devices), then `target.local.env` from the config. A
 config value of "" removes the variable: `VLLM_USE_V2_MODEL_RUNNER: ""` leaves the runner choice
 to vLLM's default. Last, `target.local.env_from` copies named variables (secrets such as HF_TOKEN)
-from the canary's own environment, the one thing taken from it.
+from the canary's own environment, the one thing taken from it; the engine planner then adds the
+model's own `models[].env` (canary.targets.engine_plan).
 """
 
 from __future__ import annotations

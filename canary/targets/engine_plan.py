@@ -361,6 +361,7 @@ class EnginePlanner:
                 python_path=build.python_path,
                 hf_home=resources[role_name].hf_home,
             )
+            env.update(next(m for m in self.config.models if m.name == cell.model).env)  # models[].env
             argv = self.engine_argv(cell, str(build.python), model_path, role_name, ports[role_name], block)
             program_len = 1 + len(self.settings.entrypoint)
             sides: list[str] = [side] if side is not None else []

@@ -108,6 +108,8 @@ def _cell_values(config: CanaryConfig, cell: Cell, series_hashes: dict[str, str]
             values["nixl"]["progressDelayUs"] = nixl.progress_delay_us
     if model.extra_args:
         values["extraArgs"] = list(model.extra_args)
+    if model.env:  # the chart sets a cell's env on each of its servers, after vllm.env and roleEnv
+        values["env"] = [{"name": name, "value": value} for name, value in model.env.items()]
     if cell.risks:
         values["risks"] = list(cell.risks)
     if cell.image in series_hashes:
