@@ -312,15 +312,17 @@ HUB_MODEL = "Qwen/Qwen3-0.6B"
 
 @pytest.fixture
 def hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """$HF_HOME with the one-box model cached as `huggingface-cli download` leaves it."""
+    """$HF_HOME with every one-box model (the dense matrix's and the KV family cells') cached as
+    `huggingface-cli download` leaves it."""
     from canary.model.ref import hub_repo_dir
 
     home = tmp_path / "hf"
-    snapshot = hub_repo_dir(home, HUB_MODEL) / "snapshots" / "c0ffee"
-    snapshot.mkdir(parents=True)
-    (snapshot / "config.json").write_text("{}")
-    (hub_repo_dir(home, HUB_MODEL) / "refs").mkdir()
-    (hub_repo_dir(home, HUB_MODEL) / "refs" / "main").write_text("c0ffee")
+    for source in {m.source for m in load_config(ONE_BOX).models}:
+        snapshot = hub_repo_dir(home, source) / "snapshots" / "c0ffee"
+        snapshot.mkdir(parents=True)
+        (snapshot / "config.json").write_text("{}")
+        (hub_repo_dir(home, source) / "refs").mkdir()
+        (hub_repo_dir(home, source) / "refs" / "main").write_text("c0ffee")
     monkeypatch.setenv("HF_HOME", str(home))
     return home
 
@@ -352,17 +354,27 @@ def test_the_one_box_dry_run_gives_each_engine_container_its_gpus_cache_and_ipc(
     assert isinstance(target, ContainerTarget)
     cells = plan(config).planned()
     assert target.preflight(cells, dry_run=True) == []
+    models = {m.name: m for m in config.models}
     for cell in cells:
         servers = target.describe(cell)["servers"]  # type: ignore[index]
         runs = _engine_runs([s["argv"] for s in servers])  # type: ignore[attr-defined]
-        expected = {"aggregated": ["0"]} if cell.topology == "aggregated" else {"prefill": ["0"], "decode": ["1"]}
+        first, then = cell.tp_for("prefill"), cell.tp_for("decode")  # a family cell's P/D shape, e.g. 1p2d
+        expected = (
+            {"aggregated": [str(g) for g in range(first)]}
+            if cell.topology == "aggregated"
+            else {"prefill": [str(g) for g in range(first)], "decode": [str(g) for g in range(first, first + then)]}
+        )
         assert set(runs) == set(expected), cell.id
         _assert_given_what_the_planner_gave(runs, hf_cache, expected)
+        for argv in runs.values():  # models[].env (the hybrids' VLLM_SSM_CONV_STATE_LAYOUT=DS) reaches the engine
+            env = dict(e.split("=", 1) for e in _pairs(argv[: argv.index("--entrypoint")], "-e"))
+            assert {k: env.get(k) for k in models[cell.model].env} == models[cell.model].env, cell.id
+    assert any(m.env for m in models.values())
 
 
 def test_a_tensor_parallel_pair_gets_two_gpus_per_container_and_docker_its_gpus_flag(hf_cache: Path) -> None:
     config = load_config(ONE_BOX, ["target.kind=container", "models.0.tensor_parallel_size=2"])
-    cell = next(c for c in plan(config).planned() if c.topology == "pd-nixl")
+    cell = next(c for c in plan(config).planned() if c.topology == "pd-nixl" and c.model == "qwen3-0-6b")
     runs = _engine_runs([s["argv"] for s in ContainerTarget(config, cli=CLI).describe(cell)["servers"]])  # type: ignore[attr-defined]
     _assert_given_what_the_planner_gave(runs, hf_cache, {"prefill": ["0", "1"], "decode": ["2", "3"]})
     docker = ContainerCli("docker", "/usr/bin/docker", {"PATH": "/usr/bin"})

@@ -65,13 +65,23 @@ def test_a_pool_smaller_than_the_cell_is_a_config_error_naming_both() -> None:
 
 def test_check_pool_names_the_cell_that_needs_the_most() -> None:
     config, cells = _config()
-    planned = list(cells.values())
-    assert most_needed(planned, config) == 2
-    check_pool(planned, config, Pool((0, 1)), source="x")  # fits: nothing raised
+    dense = [c for c in cells.values() if c.model == "qwen3-0-6b"]  # the cross product: TP1 pairs
+    assert most_needed(dense, config) == 2
+    check_pool(dense, config, Pool((0, 1)), source="x")  # fits: nothing raised
     with pytest.raises(ConfigError, match=r"cell pd\.flashinfer\.p16-d16\.auto\.v2\.baseline needs 2 GPUs"):
-        check_pool(planned, config, Pool((0,)), source="x")
-    aggregated = [c for c in planned if c.topology == "aggregated"]
+        check_pool(dense, config, Pool((0,)), source="x")
+    aggregated = [c for c in dense if c.topology == "aggregated"]
     check_pool(aggregated, config, Pool((0,)), source="x")
+    # The box's KV family cells include upstream's 2p2d shape (gemma3-4b-hma): 4 GPUs, the most of any cell.
+    planned = list(cells.values())
+    assert most_needed(planned, config) == 4
+    check_pool(planned, config, Pool((0, 1, 2, 3)), source="x")
+    with pytest.raises(
+        ConfigError,
+        match=r"cell gemma3_4b_hma\.pd\.flash_attn\.p128-d128\.tp2p2d\.auto\.v2\.baseline "
+        r"needs 4 GPUs \(prefill 2 \+ decode 2\)",
+    ):
+        check_pool(planned, config, Pool((0, 1, 2)), source="x")
 
 
 def test_cpu_cells_get_no_devices() -> None:

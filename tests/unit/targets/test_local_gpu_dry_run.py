@@ -21,17 +21,20 @@ from canary.targets.local.target import LocalTarget
 ONE_BOX = str(CONFIGS_DIR / "one-box-8gpu.yaml")
 H200 = str(CONFIGS_DIR / "h200-mrv2-pd.yaml")
 MODEL = "Qwen/Qwen3-0.6B"
+SOURCES = {m.name: m.source for path in (ONE_BOX, H200) for m in load_config(path).models}
+"""Every model the GPU configs serve (the dense matrix's and the KV family cells'), by served name."""
 
 
 @pytest.fixture
 def hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """$HF_HOME with the model cached as `huggingface-cli download` leaves it."""
+    """$HF_HOME with every model of the configs cached as `huggingface-cli download` leaves it."""
     home = tmp_path / "hf"
-    repo = hub_repo_dir(home, MODEL)
-    (repo / "snapshots" / "c0ffee").mkdir(parents=True)
-    (repo / "snapshots" / "c0ffee" / "config.json").write_text("{}")
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text("c0ffee")
+    for source in set(SOURCES.values()):
+        repo = hub_repo_dir(home, source)
+        (repo / "snapshots" / "c0ffee").mkdir(parents=True)
+        (repo / "snapshots" / "c0ffee" / "config.json").write_text("{}")
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text("c0ffee")
     monkeypatch.setenv("HF_HOME", str(home))
     return home
 
@@ -58,22 +61,31 @@ def test_one_box_dry_run_gives_every_engine_its_own_gpus_and_the_cache(
 ) -> None:
     rendered, err = _dry_run(capsys, ONE_BOX)
     assert err == ""  # weights cached, GPUs named: nothing to warn about
-    pairs = 0
+    cells = {c.id: c for c in plan(load_config(ONE_BOX)).planned()}
+    pairs = shaped = 0
     for cell in rendered["cells"]:
         engines = {s["role"]: s for s in cell["servers"] if s["role"] != "router"}
         gpus = {role: s["env"]["CUDA_VISIBLE_DEVICES"].split(",") for role, s in engines.items()}
-        if cell["cell"].startswith("pd."):
+        planned = cells[cell["cell"]]
+        if cell["cell"].startswith("pd."):  # the dense cross product: TP1 pairs
             pairs += 1
             assert gpus == {"prefill": ["0"], "decode": ["1"]}, cell["cell"]
+        elif planned.topology == "pd-nixl":  # a KV family pair at its P/D shape: prefill first, then decode
+            shaped += planned.prefill_tp != planned.decode_tp or planned.prefill_tp > 1
+            first, then = planned.prefill_tp, planned.decode_tp
+            assert gpus == {
+                "prefill": [str(g) for g in range(first)],
+                "decode": [str(g) for g in range(first, first + then)],
+            }, cell["cell"]
         else:
             assert gpus == {"aggregated": ["0"]}, cell["cell"]
-    assert pairs == 16
+    assert pairs == 16 and shaped == 8  # the family models' 1p2d, 2p1d and 2p2d pairs
     for cell_id, server in _engines(rendered):
         assert "--enforce-eager" not in server["argv"], cell_id
         assert server["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
         assert server["env"]["HF_HOME"] == str(hf_cache)
         assert server["env"]["HF_HUB_OFFLINE"] == "1"
-        assert server["argv"][server["argv"].index("--model") + 1] == MODEL
+        assert server["argv"][server["argv"].index("--model") + 1] == SOURCES[cells[cell_id].model]
 
 
 def test_tensor_parallel_pairs_split_the_box(hf_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -116,7 +128,8 @@ def test_a_run_without_the_weights_stops_before_anything_starts(
     results = tmp_path / "results"
     assert cli.main(["run", ONE_BOX, "--results-dir", str(results)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"canary: error: model {MODEL} is not in the Hugging Face cache")
+    named = err.removeprefix("canary: error: model ").split()[0]  # the first missing one, in plan order
+    assert named in SOURCES.values() and f"{named} is not in the Hugging Face cache {empty_cache}" in err
     assert not results.exists() or not any(results.iterdir())  # no run directory left behind
 
 
@@ -126,7 +139,9 @@ def test_a_pool_too_small_exits_2_before_anything_starts(
 ) -> None:
     # the weights are missing too: were the pool check to pass, the run would still stop before starting engines
     results = tmp_path / "results"
+    # --only pd.: the dense matrix's pairs (the family cells' 2p2d pair needs 4 GPUs whatever models.0 says)
     args = ["run", ONE_BOX, "--set", "models.0.tensor_parallel_size=2", "--set", "target.devices.gpus=[0,1]"]
+    args += ["--only", "pd."]
     assert cli.main([*args, "--results-dir", str(results), *(["--dry-run"] if dry else [])]) == cli.EXIT_USAGE
     out = capsys.readouterr()
     assert out.out == ""
