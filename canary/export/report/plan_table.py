@@ -13,6 +13,7 @@ from rich.console import Group
 from rich.padding import Padding
 from rich.text import Text
 
+from canary.config.catalog import DENSE_FAMILY
 from canary.export.report.terminal import FittedTable
 from canary.plan.cell import Cell
 from canary.plan.matrix import Plan
@@ -32,6 +33,16 @@ def _status(cell: Cell) -> str:
     return cell.status if cell.expect is None else f"{cell.status} (expect {cell.expect.expect})"
 
 
+def _reason(cell: Cell) -> str:
+    """Why a cell is not planned; for a planned one a known failure expects, the expectation's reason (its source:
+    an upstream xfail config, a rewrite), so the plan says why the cell is expected to fail."""
+    if cell.reason:
+        return cell.reason
+    if cell.expect is not None and cell.expect.expect != "pass":
+        return f"expected: {cell.expect.reason}"
+    return ""
+
+
 PLAN_COLUMNS: tuple[tuple[str, Callable[[Cell], str]], ...] = (
     ("backend", lambda c: c.backend),
     ("P/D block", lambda c: c.block_label),
@@ -41,10 +52,13 @@ PLAN_COLUMNS: tuple[tuple[str, Callable[[Cell], str]], ...] = (
     ("topology", lambda c: c.topology),
     ("image", _image),
     ("TP", lambda c: c.tp_shape if c.tp_shape_set else NO_TP),
+    ("family", lambda c: c.family if c.family != DENSE_FAMILY else NO_FAMILY),
 )
 """The columns that describe a cell (header, value): those every cell shares move above the table."""
 NO_TP = "-"
 """The TP column of a cell whose every role runs one rank: a plan of such cells says nothing about TP."""
+NO_FAMILY = "-"
+"""The family column of a dense model's cell (one full-attention KV group): a dense plan says nothing about it."""
 
 
 def shared_values(cells: tuple[Cell, ...]) -> dict[str, str]:
@@ -63,7 +77,7 @@ def plan_title(the_plan: Plan, shared: Mapping[str, str]) -> str:
     """`NAME on PLATFORM: N planned of M cells`, and what every cell shares."""
     planned, total = len(the_plan.planned()), len(the_plan.cells)
     title = f"{the_plan.config_name} on {the_plan.platform}: {planned} planned of {total} cells"
-    said = {header: value for header, value in shared.items() if (header, value) != ("TP", NO_TP)}
+    said = {h: v for h, v in shared.items() if (h, v) not in {("TP", NO_TP), ("family", NO_FAMILY)}}
     if said:
         title += "\nevery cell: " + ", ".join(f"{header} {value}" for header, value in said.items())
     return title
@@ -83,7 +97,7 @@ def plan_table(the_plan: Plan, gpus: Mapping[str, int] | None = None) -> FittedT
     return FittedTable(
         title=plan_title(the_plan, shared),
         columns=tuple(columns),
-        reasons=tuple(c.reason or "" for c in cells),
+        reasons=tuple(_reason(c) for c in cells),
         right=frozenset({"GPUs"}),
     )
 
