@@ -260,3 +260,38 @@ def test_a_gpu_platform_still_requests_its_gpus_and_cuda_transports() -> None:
     assert pd["gpus"] == 2 and "cuda_copy" in pd["nixl"]["ucxTls"]
     assert "progressDelayUs" not in pd["nixl"]  # GPU nodes keep NIXL as shipped
     assert values["nixl"] == {"kvBufferDevice": "cuda"}
+
+
+def test_a_pd_tp_shape_gives_each_role_its_tensor_parallel_size_and_gpus(tmp_path: Path) -> None:
+    """2p1d on a model of TP 2: prefill's pod gets 2 GPUs and --tensor-parallel-size 2, decode's 1 and 1."""
+    from k8s_helpers import render
+
+    matrix = {
+        **BASE["matrix"],
+        "decode_block_sizes": [128],
+        "include": [
+            {
+                "backend": "FLASHINFER",
+                "prefill_block_size": 128,
+                "decode_block_size": 128,
+                "runner": "v2",
+                "decode_tp": 1,
+            },
+        ],
+    }
+    config = _config(matrix=matrix)
+    values = render_values(config, list(plan(config).planned()))
+    shaped = next(c for c in values["cells"] if c["id"].endswith("tp2p1d.auto.v2.baseline"))
+    assert (shaped["tensorParallelSize"], shaped["gpus"]) == (2, 2)
+    assert (shaped["decodeTensorParallelSize"], shaped["decodeGpus"]) == (1, 1)
+    plain = next(c for c in values["cells"] if c["topology"] == "pd-nixl" and c is not shaped)
+    assert "decodeTensorParallelSize" not in plain and plain["tensorParallelSize"] == 2
+    file = tmp_path / "values.yaml"
+    file.write_text(yaml.safe_dump({"cells": [shaped]}))
+    docs = render("vllm-pd", tmp_path, [file])
+    for role, tp in (("prefill", "2"), ("decode", "1")):
+        (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith(f"-{role}")]
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        args = container["args"]
+        assert args[args.index("--tensor-parallel-size") + 1] == tp, role
+        assert str(container["resources"]["limits"]["nvidia.com/gpu"]) == tp, role

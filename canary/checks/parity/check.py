@@ -285,7 +285,24 @@ def _pd_result(ctx: CheckContext, prompts: Sequence[ParityPrompt], evidence: dic
         ]
     except ParityError as exc:
         return CheckResult(name="parity", verdict="error", summary=str(exc), evidence=evidence)
-    return judge_pd(block_sides(ctx), settings, refs, rows, source, evidence)
+    return judge_pd(block_sides(ctx), tp_settings(ctx, settings, evidence), refs, rows, source, evidence)
+
+
+def tp_settings(ctx: CheckContext, settings: ParityCheckConfig, evidence: dict[str, Any]) -> ParityCheckConfig:
+    """The settings a P/D cell is judged with: the TP tolerances (tp_kl_tolerance, tp_logprob_tolerance) where a
+    role runs another tensor-parallel size than the control the reference came from, noted in the evidence."""
+    control = ctx.control_for()
+    ranks = control.cell.prefill_tp if control is not None else ctx.cell.prefill_tp
+    if ctx.cell.tp_for("prefill") == ranks and ctx.cell.tp_for("decode") == ranks:
+        return settings
+    evidence["tolerance"] = {
+        "kl": settings.tp_kl_tolerance,
+        "abs_dlp": settings.tp_logprob_tolerance,
+        "why": f"{ctx.cell.tp_shape} against a control of {ranks} rank(s): another summation order",
+    }
+    return settings.model_copy(
+        update={"kl_tolerance": settings.tp_kl_tolerance, "logprob_tolerance": settings.tp_logprob_tolerance}
+    )
 
 
 def judge_pd(

@@ -162,3 +162,32 @@ def test_planner_gives_each_role_its_tp_argv_and_each_rank_a_bind(
     assert tp_flag(servers["decode"].argv) == (None if decode_tp == 1 else str(decode_tp))
     got = (servers["prefill"].env["VLLM_CPU_OMP_THREADS_BIND"], servers["decode"].env["VLLM_CPU_OMP_THREADS_BIND"])
     assert got == binds
+
+
+def test_parity_judges_a_tp_shape_against_its_control_with_the_tp_tolerances(tmp_path: Path) -> None:
+    """2p1d against a TP-1 control: the logprob tolerances widen (another summation order), said in the
+    evidence; the 1/1 pair keeps the exact ones."""
+    from canary.checks.base import CheckContext
+    from canary.checks.parity.check import tp_settings
+    from canary.judge.results import CellResult, CheckResult
+    from canary.targets.base import Deployment
+
+    config = _config(_pd(prefill_tp=2, decode_tp=1), _pd())
+    cells = _cells(config)
+    control = cells["agg.cpu_attn.b128.auto.v1.baseline"]
+    started = CellResult(cell=control, verdict="pass", checks=[CheckResult(name="startup", verdict="pass")])
+    settings = config.checks.parity
+    for cell_id, widened in (
+        ("pd.cpu_attn.p128-d128.tp2p1d.auto.v1.baseline", True),
+        ("pd.cpu_attn.p128-d128.auto.v1.baseline", False),
+    ):
+        cell = cells[cell_id]
+        ctx = CheckContext(cell, Deployment(cell, "http://127.0.0.1:9", "tiny"), config, tmp_path)
+        ctx.earlier = {control.id: started}
+        evidence: dict[str, Any] = {}
+        judged = tp_settings(ctx, settings, evidence)
+        if widened:
+            assert (judged.kl_tolerance, judged.logprob_tolerance) == (5e-3, 0.1)
+            assert evidence["tolerance"]["why"] == "tp2p1d against a control of 1 rank(s): another summation order"
+        else:
+            assert judged == settings and evidence == {}
