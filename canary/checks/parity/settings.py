@@ -70,6 +70,19 @@ class ParityCheckConfig(Strict):
         ge=0,
         description="logprob_tolerance of such a cell (measured on the tiny Llama 2p1d: |dlogprob| max 0.032).",
     )
+    state_families: list[str] = Field(
+        ["gdn-hybrid", "mamba-hybrid"],
+        description="KV families whose decode steps a recurrent state (GDN, Mamba) with another kernel than the "
+        "chunked prefill: P/D greedy tokens are not bit-identical to one instance (vLLM's hybrid P/D test allows "
+        "1.5 nats). A P/D cell of these families is judged with `token_gate: false`. Measured here on clean pairs: "
+        "the tiny NemotronH flipped 3/8 greedy continuations, the tiny Qwen3-Next 1/9, against a token-exact null "
+        "arm, while every teacher-forced gate (top-1 exact) passed.",
+    )
+    token_gate: bool = Field(
+        True,
+        description="Whether `tokens-vs-null` (greedy tokens against the null arm) gates; false: it is reported, and "
+        "the teacher-forced gates (KL, |dlogprob|, top-1) and generation-KL judge the cell.",
+    )
     request_timeout_s: float = Field(120.0, gt=0, description="Deadline of one parity request.")
 
 

@@ -429,3 +429,39 @@ def test_over_floor_limit_is_where_the_gate_starts_exceeding() -> None:
     assert floor_gate("kl", [at], [0.01, 0.02], margin=3.0, tolerance=1e-4, alpha=0.05).exceeding == []
     assert over_floor(above, gate.threshold) > OVER_FLOOR_LIMIT
     assert floor_gate("kl", [above], [0.01, 0.02], margin=3.0, tolerance=1e-4, alpha=0.05).exceeding == [0]
+
+
+def _flipped_pd_run(settings: ParityCheckConfig, wrong_blocks: bool = False) -> Any:
+    """The exact stand-in (token-exact null arm) whose P/D generations take the runner-up token at the last step of
+    every other prompt, as a hybrid's recurrent decode step tips a near-tie: the teacher-forced rescoring of
+    those generations matches the control's own scoring (no corruption)."""
+    model = NearTieStandIn(tie_gap=1.0, noise=0.0)
+    rng = random.Random(0)
+    refs, rows = _references(model, rng, settings), []
+    for n, ref in enumerate(refs):
+        pd = model.run(ref.prompt.ids, 12, rng, wrong_blocks=wrong_blocks)
+        if n % 2 == 0:
+            second = sorted(pd[-1].top, key=lambda t: -pd[-1].top[t])[1]
+            pd = [*pd[:-1], Position(second, pd[-1].top[second], pd[-1].top)]
+        rescored = model.run(ref.prompt.ids, 12, rng, forced=[p.token for p in pd])
+        rows.append((ref, pd, compare(ref.miss, pd), compare(pd, rescored, True)))
+    sides = [BlockSide("prefill", 32, 32), BlockSide("decode", 32, 32)]
+    evidence: dict[str, Any] = {}
+    return judge_pd(sides, settings, refs, rows, "stand-in control", evidence)
+
+
+def test_a_state_family_reports_greedy_flips_and_is_judged_by_the_teacher_forced_gates() -> None:
+    """`token_gate: false` (a P/D cell of a `state_families` family): greedy flips against a token-exact null arm
+    are reported, not a failure; corruption still fails on the teacher-forced gates."""
+    exact = ParityCheckConfig(max_tokens=12)
+    flipped = _flipped_pd_run(exact)
+    assert flipped.verdict == "fail" and [g.name for g in flipped.gates if not g.passed] == ["tokens-vs-null"]
+    relaxed = ParityCheckConfig(max_tokens=12, token_gate=False)
+    tolerated = _flipped_pd_run(relaxed)
+    assert tolerated.verdict == "pass", [g.detail for g in tolerated.gates if not g.passed]
+    gate = next(g for g in tolerated.gates if g.name == "tokens-vs-null")
+    assert gate.observed > 0 and "not gating" in gate.detail
+    corrupt = _flipped_pd_run(relaxed, wrong_blocks=True)
+    assert corrupt.verdict == "fail"
+    assert {"forced-kl", "forced-abs-dlogprob"} <= {g.name for g in corrupt.gates if not g.passed}
+    assert ParityCheckConfig().state_families == ["gdn-hybrid", "mamba-hybrid"]
