@@ -108,18 +108,20 @@ def test_every_fault_run_passes_the_checks_at_the_door(fault_id: str) -> None:
 
 
 def test_family_faults_run_their_family_model_and_its_control_without_a_hint() -> None:
-    """Issue 40: a KV-group indexing fault on the sliding-window model and a hybrid-state fault on an SSM
-    hybrid, each on configs/selftest-families.yaml limited to its model: the faulty image's aggregated control
-    and P/D pair, nothing in the cells (expectation, block size, kernel blocks, overrides) that names the fault."""
+    """Issue 40: KV-group indexing faults on the sliding-window model (the transfer path, the runner's kernel
+    block list) and a hybrid-state fault on an SSM hybrid, each on configs/selftest-families.yaml limited to
+    its model: the faulty image's aggregated control and P/D pair, nothing in the cells (expectation, block
+    size, kernel blocks, overrides) that names the fault."""
     base = load_config(CONFIGS_DIR / "selftest-families.yaml")
     families = {m.name: m.family for m in base.models}
-    for fault_id, model, family in [
-        ("13-kv-group-block-ids-shifted", "gemma3", "sliding-window"),
-        ("14-ssm-state-not-read", "nemotron-h", "mamba-hybrid"),
+    for fault_id, model, family, check in [
+        ("13-kv-group-block-ids-shifted", "gemma3", "sliding-window", "parity"),
+        ("14-ssm-state-not-read", "nemotron-h", "mamba-hybrid", "parity"),
+        ("15-kernel-block-list-skips-a-group", "gemma3", "sliding-window", "startup"),
     ]:
         fault = _fault(fault_id)
         assert fault.config_path(DEFAULT_CONFIG) == (CONFIGS_DIR / "selftest-families.yaml").absolute()
-        assert (fault.expect_check, fault.models, families[model]) == ("parity", [model], family)
+        assert (fault.expect_check, fault.models, families[model]) == (check, [model], family)
         assert fault.known_bug is None and fault.block_size is None and not fault.kernel_block_sizes
         assert not fault.overrides
         config = fault_config(base, fault)
