@@ -86,6 +86,8 @@ def test_one_box_dry_run_gives_every_engine_its_own_gpus_and_the_cache(
         assert server["env"]["HF_HOME"] == str(hf_cache)
         assert server["env"]["HF_HUB_OFFLINE"] == "1"
         assert server["argv"][server["argv"].index("--model") + 1] == SOURCES[cells[cell_id].model]
+        hybrid = cells[cell_id].family in ("mamba-hybrid", "gdn-hybrid")  # models[].env: NIXL's conv layout
+        assert server["env"].get("VLLM_SSM_CONV_STATE_LAYOUT") == ("DS" if hybrid else None), cell_id
 
 
 def test_tensor_parallel_pairs_split_the_box(hf_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
