@@ -133,3 +133,36 @@ def pin_helpers(root_pids: Iterable[int], cpus: Collection[int]) -> PinReport:
             report.threads_pinned += moved
             report.processes_pinned.append(f"{pid} {name}")
     return report
+
+
+def bind_cores(text: str) -> tuple[int, ...]:
+    """The cores a VLLM_CPU_OMP_THREADS_BIND value names ('1', '0|0', '0-3|4-7'); empty for vLLM's words
+    ('auto', 'all', 'nobind') or anything else that is not a core list."""
+    cores: set[int] = set()
+    for rank in text.split("|"):
+        for part in rank.split(","):
+            first, _, last = part.strip().partition("-")
+            if not first.isdigit() or (last and not last.isdigit()):
+                return ()
+            cores.update(range(int(first), int(last or first) + 1))
+    return tuple(sorted(cores))
+
+
+def pin_engine_core(root_pid: int, cpus: Collection[int]) -> list[str]:
+    """Bind the engine core process of a multi-rank CPU engine to that engine's cores: vLLM binds only its
+    workers (one bind per rank), and the engine core, which polls them, is otherwise left on every core, where
+    it takes time from the other engine of a P/D pair (measured on 2 cores with a 1p2d pair: the TP-1
+    prefill's NIXL handshake listener missed decode's 5 s deadline). Returns the processes moved."""
+    wanted = set(cpus)
+    moved: list[str] = []
+    for pid in [root_pid, *sorted(processes.descendants(root_pid))]:
+        full = title(pid)
+        if "::EngineCore" not in full.split(" ", 1)[0]:
+            continue
+        for tid in thread_ids(pid):
+            try:
+                os.sched_setaffinity(tid, wanted)
+            except OSError:
+                continue
+        moved.append(f"{pid} {full[:TITLE_CHARS]}")
+    return moved

@@ -25,7 +25,7 @@ from canary.errors import ConfigError
 from canary.plan.cell import Cell
 from canary.targets.base import Deployment
 from canary.targets.engine_plan import CellPlan, EngineBuild, EnginePlanner, placeholder_ports, port_names
-from canary.targets.restart import restarter
+from canary.targets.restart import bind_engine_core, restarter
 from canary.targets.supervisor import Launch, Started, Supervisor
 
 StopProcesses = Callable[[], None]
@@ -186,6 +186,9 @@ class EngineTarget:
             deployment.evidence["helper_cpus"] = {"skipped": blocked}
         elif cpus is not None:
             self.supervisor.place_helpers(deployment, cpus)
+        if self.config.platform == "cpu":
+            for launch in launches:
+                bind_engine_core(deployment, launch)
         self.supervisor.watch(deployment, started)
 
     def freeze(self, deployment: Deployment) -> bool:

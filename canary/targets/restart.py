@@ -7,6 +7,11 @@ started again, its output appended to the role's log after a marker line, and wa
 (/health and /v1/models, until `timeout_s`; a process that exits ends the wait). The new process replaces
 the old one in the supervisor's records, so the deployment's liveness (exit_status), stop and freeze follow
 it; helper threads are moved to the cell's helper cores again where the target had placed them.
+
+Call it from the thread that runs the cell (the runner's, a check's own): the new server dies with the thread
+that started it (canary.targets.processes sets PR_SET_PDEATHSIG, which follows the starting thread), so a
+restart from a short-lived helper thread is killed as that thread ends (measured: SIGKILLed one second after
+it was ready).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from canary.targets.base import Deployment, RestartRole
 from canary.targets.readiness import wait_ready
 from canary.targets.supervisor import Launch, Started
 
+VLLM_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 RESTART_MARKER = "# canary: restarted"
 """The line a restart appends to the role's log before the new process writes to it."""
 
@@ -73,7 +79,22 @@ def restart_role(
     proc.remember_descendants()
     if deployment.helper_cpus is not None:
         affinity.pin_helpers([proc.pid], deployment.helper_cpus)
+    bind_engine_core(deployment, launch)
     return None
+
+
+def bind_engine_core(deployment: Deployment, launch: Launch) -> None:
+    """A CPU engine of several ranks (its bind has one entry per rank, `0|0`): its engine core process goes
+    to the engine's own cores (affinity.pin_engine_core); what moved is in the deployment's evidence."""
+    bind = launch.env.get(VLLM_BIND_ENV, "")
+    server = deployment.servers.get(launch.plan.role)
+    cpus = affinity.bind_cores(bind) if "|" in bind else ()
+    if not cpus or server is None or server.pid is None:
+        return
+    moved = affinity.pin_engine_core(server.pid, cpus)
+    binds = deployment.evidence.setdefault("engine_core_binds", {})
+    if isinstance(binds, dict):
+        binds[launch.plan.role] = {"cpus": list(cpus), "moved": moved}
 
 
 def restarter(deployment: Deployment, launches: Sequence[Launch], started: Started, *, nice: int = 0) -> RestartRole:

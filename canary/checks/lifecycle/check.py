@@ -50,20 +50,23 @@ def _nixl_bytes(deployment: Deployment) -> float | None:
 
 
 def _through_outage(
-    deployment: Deployment, settings: LifecycleCheckConfig, restart: threading.Thread, outage: dict[str, object]
+    deployment: Deployment, settings: LifecycleCheckConfig, restarting: threading.Event, outage: dict[str, object]
 ) -> None:
-    """While the restart runs: once prefill is seen down, send one request straight to decode."""
+    """While the restart runs (in the check's own thread): once prefill is seen down, one request straight to
+    decode. Runs in a helper thread: the restarted server must be started by the thread that outlives it (the
+    local target's servers die with the thread that started them, PR_SET_PDEATHSIG)."""
     prefill, decode = deployment.server(ROLE), deployment.server("decode")
     assert prefill is not None and decode is not None
-    while restart.is_alive():
-        if "seen" not in outage and not probe(prefill.base_url, None, timeout_s=2.0).ready:
+    while restarting.is_set() and "seen" not in outage:
+        if not probe(prefill.base_url, None, timeout_s=2.0).ready:
             outage["seen"] = True
             try:
                 complete(decode.base_url, deployment.served_model, "1 + 1 =", 4, settings.request_timeout_s)
                 outage["answer"] = None
             except ParityError as exc:
                 outage["answer"] = str(exc)
-        restart.join(POLL_S)
+            return
+        time.sleep(POLL_S)
 
 
 def _exit_status(deployment: Deployment, role: str) -> int | str | None:
@@ -94,15 +97,19 @@ def lifecycle_check(ctx: CheckContext) -> CheckResult:
     except ParityError as exc:
         return CheckResult(name=NAME, verdict="error", summary=f"the pair did not serve before the restart: {exc}")
     prefill_pid, decode_pid = prefill.pid, decode.pid
-    outcome: dict[str, str | None] = {}
     outage: dict[str, object] = {}
+    restarting = threading.Event()
+    restarting.set()
+    watcher = threading.Thread(target=_through_outage, args=(deployment, settings, restarting, outage), daemon=True)
     started = time.monotonic()
-    thread = threading.Thread(
-        target=lambda: outcome.update(error=deployment.restart(ROLE, settings.restart_timeout_s)), daemon=True
-    )
-    thread.start()
-    _through_outage(deployment, settings, thread, outage)
+    watcher.start()
+    try:
+        error = deployment.restart(ROLE, settings.restart_timeout_s)
+    except Exception as exc:  # the target's failure to restart is this check's finding, not a crash
+        error = f"{type(exc).__name__}: {exc}"
     restart_s = time.monotonic() - started
+    restarting.clear()
+    watcher.join(settings.request_timeout_s)
     after: list[list[int] | None] = []
     errors: list[str] = []
     bytes_before = _nixl_bytes(deployment)
@@ -115,7 +122,7 @@ def lifecycle_check(ctx: CheckContext) -> CheckResult:
     bytes_after = _nixl_bytes(deployment)
     decode_now = deployment.server("decode")
     seen = Observed(
-        restart_error=outcome.get("error", "the restart did not return"),
+        restart_error=error,
         restart_s=restart_s,
         prefill_pids=(prefill_pid, deployment.servers[ROLE].pid),
         decode_pids=(decode_pid, decode_now.pid if decode_now is not None else None),

@@ -191,3 +191,14 @@ def test_parity_judges_a_tp_shape_against_its_control_with_the_tp_tolerances(tmp
             assert evidence["tolerance"]["why"] == "tp2p1d against a control of 1 rank(s): another summation order"
         else:
             assert judged == settings and evidence == {}
+
+
+@pytest.mark.parametrize(
+    ("bind", "cores"),
+    [("0|0", (0,)), ("1|1", (1,)), ("0-3|4-7", tuple(range(8))), ("1", (1,)), ("0,2|3", (0, 2, 3)), ("auto", ())],
+)
+def test_a_rank_bind_names_the_engines_cores(bind: str, cores: tuple[int, ...]) -> None:
+    """The cores a multi-rank engine's engine core is moved to (canary.targets.restart.bind_engine_core)."""
+    from canary.targets.affinity import bind_cores
+
+    assert bind_cores(bind) == cores
