@@ -1,6 +1,8 @@
-"""configs/cpu-families.yaml for real, trimmed to two cells (issue 40): the sliding-window Gemma-3 as a P/D pair
-over NIXL (4 KV cache groups, every one recorded by the layout probe) must pass, and the Mamba2 hybrid with
-prefix caching on must die on a prompt over its 256-token block and be named, never passed. The whole config
+"""configs/cpu-families.yaml for real, trimmed to three cells (issue 40): the sliding-window Gemma-3 as a P/D pair
+over NIXL (4 KV cache groups, every one recorded by the layout probe) must pass, the Mamba2 hybrid with
+prefix caching on must die on a prompt over its 256-token block and be named, never passed, and the tiny
+Llama as a 2p1d pair (TP-2 prefill, TP-1 decode) must pass parity and the KV proof, then live through a
+restart of its prefill (the lifecycle check). The whole config
 (every family): `canary run configs/cpu-families.yaml` (docs/methodology/kv-families.md)."""
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ from canary.judge.results import RunResult
 from canary.paths import CACHE_DIR, REPO_ROOT
 
 CONFIG = REPO_ROOT / "configs" / "cpu-families.yaml"
-CELLS = ("gemma3.pd.cpu_attn.p256-d256", "nemotron_h_pc.agg.cpu_attn.b256")
+CELLS = (
+    "gemma3.pd.cpu_attn.p256-d256",
+    "nemotron_h_pc.agg.cpu_attn.b256",
+    # a P/D tensor-parallel shape (TP-2 prefill, TP-1 decode) whose prefill the lifecycle check restarts
+    "llama.pd.cpu_attn.p128-d128.tp2p1d",
+)
 
 
 class FamiliesRun(NamedTuple):
@@ -69,3 +76,21 @@ def test_the_mamba_prefix_caching_crash_is_named_never_passed(families: Families
     assert engines is not None and engines.verdict == "fail" and engines.evidence["deaths"][0]["role"] == "aggregated"
     log = (families.run_dir / "cells" / crash.cell.id / "logs" / "aggregated.log").read_text()
     assert "varlen_states[last_chunk_indices_p]" in log and "IndexError" in log
+
+
+@pytest.mark.engine
+@pytest.mark.slow
+def test_a_2p1d_pair_serves_and_lives_through_a_prefill_restart(families: FamiliesRun) -> None:
+    """Prefill's two ranks share prefill's core (0|0), decode keeps its own (1); the lifecycle check restarts
+    prefill while decode serves alone, and the pair serves the same greedy tokens once prefill is back."""
+    pair = next(c for c in families.run.cells if c.cell.model == "llama")
+    assert (pair.cell.prefill_tp, pair.cell.decode_tp) == (2, 1)
+    assert pair.verdict == "pass", (pair.verdict, pair.reason)
+    parity, transfer, lifecycle = (pair.check(n) for n in ("parity", "kv_transfer", "lifecycle"))
+    assert parity is not None and parity.metrics["parity_match_rate"] == 1.0, parity
+    assert transfer is not None and transfer.verdict == "pass", transfer.summary
+    assert lifecycle is not None and lifecycle.verdict == "pass", lifecycle.summary
+    assert lifecycle.evidence["decode_pids"][0] == lifecycle.evidence["decode_pids"][1]
+    assert lifecycle.evidence["prefill_pids"][0] != lifecycle.evidence["prefill_pids"][1]
+    logs = families.run_dir / "cells" / pair.cell.id / "logs"
+    assert "VLLM_CPU_OMP_THREADS_BIND='0|0'" in (logs / "prefill.log").read_text()
