@@ -68,7 +68,8 @@ class ParityCheckConfig(Strict):
     tp_logprob_tolerance: float = Field(
         0.1,
         ge=0,
-        description="logprob_tolerance of such a cell (measured on the tiny Llama 2p1d: |dlogprob| max 0.032).",
+        description="logprob_tolerance of such a cell (measured on the tiny Llama 2p1d: absolute delta-logprob "
+        "up to 0.032 nats).",
     )
     state_families: list[str] = Field(
         ["gdn-hybrid", "mamba-hybrid"],
