@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from canary.config.base import Platform, Strict
 from canary.config.bisect import BisectConfig
 from canary.config.checks import ChecksConfig
 from canary.config.export import ExportConfig
-from canary.config.matrix import MatrixSpec
+from canary.config.matrix import CellMatch, MatrixSpec
 from canary.config.models import ImageSpec, ModelSpec
 from canary.config.targets import TARGET_SECTIONS, TargetConfig
 from canary.core.words import listing
@@ -62,6 +62,20 @@ class CanaryConfig(Strict):
                     f"an aggregated cell runs one block size, but decode_block_size {extra.decode_block_size} != "
                     f"prefill_block_size {extra.prefill_block_size}: make them equal, or use topology: pd-nixl",
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _check_cells_are_cell_matches(self) -> CanaryConfig:
+        """A check's `cells` (e.g. checks.lifecycle.cells) is a list of cell matches: a check's settings cannot
+        import CellMatch (the checks section is built before the matrix), so each entry is checked here."""
+        for name in type(self.checks).model_fields:
+            cells = getattr(getattr(self.checks, name), "cells", None)
+            for index, entry in enumerate(cells if isinstance(cells, list) else []):
+                try:
+                    CellMatch.model_validate(entry)
+                except ValidationError as exc:
+                    why = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+                    raise RefError(f"checks.{name}.cells.{index}", f"not a cell match ({why})") from None
         return self
 
     @model_validator(mode="after")

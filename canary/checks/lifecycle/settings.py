@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from canary.config.base import CheckSection, PositiveInt, Strict
 
@@ -19,7 +19,8 @@ class LifecycleCheckConfig(Strict):
     cells: list[dict[str, Any]] = Field(
         default_factory=list,
         description="The P/D cells it runs on, each a cell match (the fields of matrix.expectations[].match, e.g. "
-        "{model: llama, decode_tp: 2}); empty: every P/D cell. The others get `skipped`.",
+        "{model: llama, decode_tp: 2}, checked when the config loads); empty: every P/D cell. The others get "
+        "`skipped`.",
     )
     prompts: PositiveInt = Field(
         3, le=16, description="Greedy prompts sent through the pair before and after the restart (parity 3/3)."
@@ -29,14 +30,6 @@ class LifecycleCheckConfig(Strict):
         300.0, gt=0, description="How long the restarted prefill server may take to be ready again."
     )
     request_timeout_s: float = Field(120.0, gt=0, description="Timeout of one request.")
-
-    @field_validator("cells")
-    @classmethod
-    def _cell_matches(cls, values: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        # CellMatch is imported here, not at the top: canary.config.matrix needs the checks section built first
-        from canary.config.matrix import CellMatch
-
-        return [CellMatch.model_validate(value).model_dump(exclude_none=True) for value in values]
 
 
 SECTION = CheckSection(LifecycleCheckConfig, "Prefill restart under a serving decode.")

@@ -72,7 +72,10 @@ def test_an_unknown_family_is_a_config_error_naming_the_key() -> None:
 def test_cpu_families_plans_every_family_aggregated_and_pd_with_its_expectations() -> None:
     cells = {c.id: c for c in plan(load_config(FAMILIES, [])).planned()}
     families = {c.family for c in cells.values()}
-    assert families == {"sliding-window", "mla", "gdn-hybrid", "mamba-hybrid"}
+    assert families == {"sliding-window", "mla", "gdn-hybrid", "mamba-hybrid", "dense"}
+    # the dense tiny Llama: its TP-1 control and the P/D tensor-parallel shapes 2p1d and 1p2d at block 128
+    shapes = sorted(c.tp_shape for c in cells.values() if c.family == "dense")
+    assert shapes == ["tp1", "tp1p2d", "tp2p1d"]
     for family in families:
         topologies = {c.topology for c in cells.values() if c.family == family}
         assert topologies == {"aggregated", "pd-nixl"}, family
