@@ -331,8 +331,24 @@ def judge_pd(
     used = [row for row in rows if row[0].evidence]
     gen_null = [r.null[a] for r in refs for a in GEN_NULL_ARMS if a in r.null]
     forced_null = [r.null[FORCED_NULL_ARM] for r in refs if FORCED_NULL_ARM in r.null]
+    abs_dlp = floor_gate(
+        "abs_dlp",
+        [f.max_abs_dlp for *_, f in used],
+        [f.max_abs_dlp for f in forced_null],
+        settings.margin,
+        settings.logprob_tolerance,
+        settings.alpha,
+    )
+    # A flip where both arms rank the same two tokens within the |delta logprob| this gate accepts is that
+    # accepted noise tipping a near-tie (a bf16 step on a clean Gemma-3 pair, 2026-12-05), not a new fault:
+    # counted by neither the token nor the top-1 gate, on either arm; the KL and |dlogprob| gates still judge.
+    tie = abs_dlp.threshold
+    evidence["near_tie_nats"] = round(tie, 9)
+    evidence["near_tie_flips"] = sum(
+        g.first_token_diff is not None and not g.differs_beyond(tie) for _, _, g, _ in used
+    )
     tokens = token_gate(
-        [g.first_token_diff is not None for _, _, g, _ in used], [f.token_diff > 0 for f in gen_null], settings.alpha
+        [g.differs_beyond(tie) for _, _, g, _ in used], [f.differs_beyond(tie) for f in gen_null], settings.alpha
     )
     floors: list[tuple[str, FloorGate]] = [
         (
@@ -346,23 +362,13 @@ def judge_pd(
                 settings.alpha,
             ),
         ),
-        (
-            "forced-abs-dlogprob",
-            floor_gate(
-                "abs_dlp",
-                [f.max_abs_dlp for *_, f in used],
-                [f.max_abs_dlp for f in forced_null],
-                settings.margin,
-                settings.logprob_tolerance,
-                settings.alpha,
-            ),
-        ),
+        ("forced-abs-dlogprob", abs_dlp),
         (
             "forced-top1",
             floor_gate(
                 "top1_disagree",
-                [f.top1_disagree for *_, f in used],
-                [f.top1_disagree for f in forced_null],
+                [f.top1_disagree_beyond(tie) for *_, f in used],
+                [f.top1_disagree_beyond(tie) for f in forced_null],
                 settings.margin,
                 0.0,
                 settings.alpha,
@@ -386,7 +392,13 @@ def judge_pd(
             passed=tokens.passed or not settings.token_gate,
             observed=float(tokens.pd_diff),
             threshold=float(tokens.null_diff),
-            detail=tokens.detail() + ("" if settings.token_gate else " (reported, not gating: token_gate false)"),
+            detail=tokens.detail()
+            + (
+                f" ({evidence['near_tie_flips']} at a near-tie within {tie:.2g} nats not counted)"
+                if evidence["near_tie_flips"]
+                else ""
+            )
+            + ("" if settings.token_gate else " (reported, not gating: token_gate false)"),
         )
     ]
     gates += [
@@ -394,7 +406,7 @@ def judge_pd(
         for name, g in floors
     ]
     per_prompt, failing, passing = _per_prompt(
-        sides, used, tokens, floors, thresholds(settings, refs), token_gating=settings.token_gate
+        sides, used, tokens, floors, thresholds(settings, refs), token_gating=settings.token_gate, tie=tie
     )
     evidence.update(
         per_prompt=per_prompt,
@@ -435,6 +447,7 @@ def _per_prompt(
     thresholds: dict[str, float],
     *,
     token_gating: bool = True,
+    tie: float = 0.0,
 ) -> tuple[list[dict[str, Any]], list[tuple[int, int]], list[int]]:
     """Per-prompt rows (series, verdict, where it diverged); (length, first divergence) of failing
     prompts and lengths of passing ones."""
@@ -442,7 +455,7 @@ def _per_prompt(
     if not tokens.exact or not token_gating:
         token_fail: set[int] = set()
     else:
-        token_fail = {i for i, (_, _, g, _) in enumerate(used) if g.first_token_diff is not None}
+        token_fail = {i for i, (_, _, g, _) in enumerate(used) if g.differs_beyond(tie)}
     rows, failing, passing = [], [], []
     for index, (ref, pd, gen, forced) in enumerate(used):
         fails = index in exceeding or index in token_fail

@@ -11,13 +11,18 @@ estimate KL(a || b), |delta logprob| of a's token, and whether the two argmaxes 
 generations the comparable positions end at the first token that differs (included: both arms
 still saw the same context there); a teacher-forced series scores the other arm's own tokens, so
 every position compares. Pure functions: no I/O.
+
+A disagreement can be a *near-tie*: both arms rank the same two tokens first and second, within a gap
+the gates already accept as noise (`disagree_gap`, `first_diff_gap`: the larger of the two arms' own
+gaps between the two tokens; infinite when either arm's top-k misses the other's token). The parity
+check counts a flip at a near-tie no more than the |delta logprob| that caused it (`*_beyond(tie)`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from canary.errors import CanaryError
@@ -164,6 +169,11 @@ class Fidelity:
     top1_agree: list[bool]
     first_token_diff: int | None
     """First position whose tokens differ (None: identical tokens over the shorter length)."""
+    disagree_gap: list[float] = field(default_factory=list)
+    """Per compared position: 0 where the argmaxes agree, else the near-tie gap (module doc); empty in
+    evidence written before it was recorded (every disagreement then counts)."""
+    first_diff_gap: float | None = None
+    """The near-tie gap of the two tokens at first_token_diff (None: no such position or not recorded)."""
 
     @property
     def positions(self) -> int:
@@ -190,6 +200,18 @@ class Fidelity:
         """1.0 when the two arms' tokens differ somewhere, else 0.0."""
         return 0.0 if self.first_token_diff is None else 1.0
 
+    def top1_disagree_beyond(self, tie: float) -> float:
+        """Share of compared positions whose argmaxes differ by more than a near-tie of `tie` nats."""
+        if not self.disagree_gap:
+            return self.top1_disagree
+        return sum(gap > tie for gap in self.disagree_gap) / len(self.disagree_gap)
+
+    def differs_beyond(self, tie: float) -> bool:
+        """The tokens differ, and not at a near-tie of `tie` nats (unknown gap: it differs)."""
+        if self.first_token_diff is None:
+            return False
+        return self.first_diff_gap is None or self.first_diff_gap > tie
+
     def to_json(self) -> dict[str, Any]:
         """The per-token series and the summary numbers, for the evidence."""
         return {
@@ -200,7 +222,32 @@ class Fidelity:
             "max_kl": round(self.max_kl, 9),
             "max_abs_dlp": round(self.max_abs_dlp, 9),
             "top1_disagree": round(self.top1_disagree, 6),
+            "disagree_gap": [_finite(g) for g in self.disagree_gap],
+            "first_diff_gap": None if self.first_diff_gap is None else _finite(self.first_diff_gap),
         }
+
+
+def _finite(gap: float) -> float | str:
+    """A gap for JSON ("inf" where a token's logprob is unknown)."""
+    return "inf" if math.isinf(gap) else round(gap, 9)
+
+
+def gap_from_json(value: Any) -> float:
+    """Inverse of _finite."""
+    return math.inf if value == "inf" else float(value)
+
+
+def near_tie_gap(a: Position, b: Position, token_a: int, token_b: int) -> float:
+    """How far from a tie two arms are that chose token_a (arm a) and token_b (arm b) at one position: the
+    larger of a's logprob gap (token_a over token_b) and b's (token_b over token_a); infinite when either
+    arm's top-k does not hold the other's token."""
+    gaps = []
+    for mine, theirs, position in ((token_a, token_b, a), (token_b, token_a, b)):
+        known = {**position.top, position.token: position.logprob}
+        if mine not in known or theirs not in known:
+            return math.inf
+        gaps.append(known[mine] - known[theirs])
+    return max(gaps)
 
 
 def compare(a: Sequence[Position], b: Sequence[Position], teacher_forced: bool = False) -> Fidelity:
@@ -215,9 +262,17 @@ def compare(a: Sequence[Position], b: Sequence[Position], teacher_forced: bool =
             raise FidelityError(f"teacher-forced series has {len(b)} positions, the generation {len(a)}")
         first_diff = None  # b was forced onto a's tokens: they cannot differ
     end = n if teacher_forced or first_diff is None else min(n, first_diff + 1)
-    kl, dlp, agree = [], [], []
+    kl, dlp, agree, gaps = [], [], [], []
     for i in range(end):
         kl.append(kl_topk(a[i], b[i]))
         dlp.append(abs(a[i].logprob - _logprob_of(b[i], a[i].token)))
         agree.append(a[i].argmax == b[i].argmax)
-    return Fidelity(kl, dlp, agree, first_diff)
+        gaps.append(0.0 if agree[-1] else near_tie_gap(a[i], b[i], a[i].argmax, b[i].argmax))
+    first_gap = None
+    if first_diff is not None:
+        first_gap = (
+            near_tie_gap(a[first_diff], b[first_diff], a[first_diff].token, b[first_diff].token)
+            if (first_diff < n)
+            else math.inf
+        )
+    return Fidelity(kl, dlp, agree, first_diff, gaps, first_gap)

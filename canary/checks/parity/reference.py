@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from canary.checks.parity.fidelity import Fidelity, Series, series_from_json, series_to_json
+from canary.checks.parity.fidelity import Fidelity, Series, gap_from_json, series_from_json, series_to_json
 from canary.checks.parity.prompts import ParityPrompt
 from canary.config import ParityCheckConfig
 
@@ -104,4 +104,6 @@ def fidelity_from_json(row: dict[str, Any]) -> Fidelity:
         [float(x) for x in row["abs_dlp"]],
         [bool(x) for x in row["top1_agree"]],
         row["first_token_diff"],
+        [gap_from_json(x) for x in row.get("disagree_gap", [])],
+        None if row.get("first_diff_gap") is None else gap_from_json(row["first_diff_gap"]),
     )

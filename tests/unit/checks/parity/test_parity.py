@@ -42,7 +42,13 @@ from canary.checks.parity.gates import (
 )
 from canary.checks.parity.metrics import OVER_FLOOR_LIMIT, over_floor
 from canary.checks.parity.prompts import ParityPrompt, build_prompts
-from canary.checks.parity.reference import GEN_NULL_ARMS, Reference, judge_evidence, reference_from_evidence
+from canary.checks.parity.reference import (
+    GEN_NULL_ARMS,
+    Reference,
+    fidelity_from_json,
+    judge_evidence,
+    reference_from_evidence,
+)
 from canary.config import ParityCheckConfig
 from canary.config.load import load_config, validate_config
 from canary.plan.matrix import plan
@@ -465,3 +471,48 @@ def test_a_state_family_reports_greedy_flips_and_is_judged_by_the_teacher_forced
     assert corrupt.verdict == "fail"
     assert {"forced-kl", "forced-abs-dlogprob"} <= {g.name for g in corrupt.gates if not g.passed}
     assert ParityCheckConfig().state_families == ["gdn-hybrid", "mamba-hybrid"]
+
+
+def _tie_flipped_pd_run(tie_gap: float) -> Any:
+    """The exact stand-in (token-exact null arm, no noise) whose P/D arm takes the runner-up at step 9 (a position
+    whose top-2 gap is `tie_gap`) of every other prompt and stops there, as a bf16 step tips a tie."""
+    settings = ParityCheckConfig(max_tokens=12)
+    model = NearTieStandIn(tie_gap=tie_gap, noise=0.0)
+    rng = random.Random(0)
+    refs, rows = _references(model, rng, settings), []
+    for n, ref in enumerate(refs):
+        pd = model.run(ref.prompt.ids, 12, rng)
+        if n % 2 == 0:
+            second = sorted(pd[9].top, key=lambda t: -pd[9].top[t])[1]
+            pd = [*pd[:9], Position(second, pd[9].top[second], pd[9].top)]
+        rescored = model.run(ref.prompt.ids, len(pd), rng, forced=[p.token for p in pd])
+        rows.append((ref, pd, compare(ref.miss, pd), compare(pd, rescored, True)))
+    evidence: dict[str, Any] = {}
+    sides = [BlockSide("prefill", 32, 32), BlockSide("decode", 32, 32)]
+    return judge_pd(sides, settings, refs, rows, "stand-in control", evidence), evidence
+
+
+def test_a_flip_at_a_near_tie_within_the_accepted_dlogprob_is_not_a_token_failure() -> None:
+    """Both arms rank the same two tokens within the |delta logprob| the gate accepts (here its tolerance, 1e-3
+    nats, over a bit-exact null arm): the flip is that noise tipping a tie, counted by no gate. A flip past it
+    (a 0.5-nat gap) still fails the token-exact gate."""
+    tied, evidence = _tie_flipped_pd_run(tie_gap=5e-4)
+    assert tied.verdict == "pass", [g.detail for g in tied.gates if not g.passed]
+    assert evidence["near_tie_flips"] == 4 and evidence["near_tie_nats"] == pytest.approx(1e-3)
+    token = next(g for g in tied.gates if g.name == "tokens-vs-null")
+    assert "4 at a near-tie within 0.001 nats not counted" in token.detail
+    beyond, evidence = _tie_flipped_pd_run(tie_gap=0.5)
+    assert beyond.verdict == "fail" and evidence["near_tie_flips"] == 0
+    assert "tokens-vs-null" in {g.name for g in beyond.gates if not g.passed}
+
+
+def test_near_tie_gaps_survive_the_evidence_round_trip() -> None:
+    a = [_pos(1, {1: -0.1, 2: -0.1004}), _pos(3, {3: -0.2, 4: -2.0})]
+    b = [_pos(2, {1: -0.1003, 2: -0.1}), _pos(3, {3: -0.2})]
+    fidelity = compare(a, b)
+    assert fidelity.first_token_diff == 0 and fidelity.first_diff_gap == pytest.approx(4e-4)
+    assert not fidelity.differs_beyond(1e-3) and fidelity.differs_beyond(1e-4)
+    again = fidelity_from_json(fidelity.to_json())
+    assert again.first_diff_gap == pytest.approx(4e-4) and again.disagree_gap == pytest.approx(fidelity.disagree_gap)
+    unknown = compare([_pos(1, {1: -0.1})], [_pos(2, {2: -0.1})])  # neither top-k holds the other's token
+    assert unknown.differs_beyond(10.0)
