@@ -32,10 +32,14 @@ STEP := mk/step.sh
 
 # The runtime lock (requirements/controller.txt, all the controller image gets) and the canary itself
 # (editable; the venv's setuptools 65 needs dev.txt's wheel pin for that): all `make canary` needs.
+# --no-compile, then every module byte-compiled on all cores at once (compileall -j0): pip compiles one
+# file after another (78 s -> 47 + 18 s on 2 cores, 2026-12-05). Compiling is a cache: a file that does
+# not compile (a Python 2 test file in some package) is left to the interpreter, as pip leaves it.
 $(VENV)/.installed: requirements/controller.txt pyproject.toml
 	@$(STEP) venv "controller venv ($(VENV)): runtime lock" '\
 	  test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV); \
-	  $(PY) -m pip install -r requirements/controller.txt; \
+	  $(PY) -m pip install --no-compile -r requirements/controller.txt; \
+	  $(PY) -m compileall -q -j0 "$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()[\"purelib\"])")" || true; \
 	  $(PY) -m pip install "$$(grep -m1 "^wheel==" requirements/dev.txt)"; \
 	  $(PY) -m pip install --no-deps --no-build-isolation -e .'
 	@touch $@
