@@ -149,7 +149,10 @@ def test_image_overrides_replace_the_candidate_and_its_facts() -> None:
     assert all(e["match"].get("image") != "kernel32" for e in kept) and len(kept) == 2  # block 16, p32-d64
 
 
-@pytest.mark.skipif(shutil.which("podman") is None, reason="podman renders the container commands")
+NO_PODMAN = "make test installs podman (mk/containers.mk); only `make test-fast` on a bare machine lacks it"
+
+
+@pytest.mark.skipif(shutil.which("podman") is None, reason=f"podman renders the container commands: {NO_PODMAN}")
 def test_run_image_dry_run_shows_ref_in_every_candidate_container(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -171,7 +174,7 @@ def test_run_image_dry_run_shows_ref_in_every_candidate_container(
     assert images("pd.cpu_attn.p128-d128.auto.v1.baseline") == {"prefill": baseline, "decode": baseline}
 
 
-@pytest.mark.skipif(shutil.which("podman") is None, reason="podman is asked whether it has the image")
+@pytest.mark.skipif(shutil.which("podman") is None, reason=f"podman is asked whether it has the image: {NO_PODMAN}")
 def test_run_image_refuses_an_image_podman_does_not_have(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ref = "localhost/vllm-canary-no-such-image:test"
     code, _, err = _main(capsys, "run", "--image", ref, "--results-dir", str(tmp_path))
