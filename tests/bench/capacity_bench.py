@@ -518,22 +518,50 @@ def repeat_table(rows: list[dict[str, Any]]) -> str:
     """Per method: its figure (req/s) in every repeat, their spread, its client's CPU seconds and intervals."""
     keys = list(dict.fromkeys(r["key"] for r in rows))
     lines = [
-        "method | measures | req/s per repeat | spread (max/min) | client CPU s (cores busy) | interval"
-        " | server core: others' CPU s"
+        "method | measures | req/s per repeat | spread: min-max, mean, (max-min)/mean, max/min"
+        " | client CPU s (cores busy) | interval | server core: server's / others' CPU s"
     ]
     for key in keys:
         mine = sorted((r for r in rows if r["key"] == key), key=lambda r: r["repeat"])
         figures = [r.get("estimate") for r in mine]
-        known = [f for f in figures if f]
-        spread = f"{max(known) / min(known):.2f}x" if len(known) > 1 else "-"
-        cpu = ", ".join(f"{r['client_cpu']['cpu_s']:.0f} ({r['client_cpu']['cores_busy'] or 0:.2f})" for r in mine)
+        cpu = ", ".join(
+            f"{r['client_cpu']['cpu_s']:.0f} ({r['client_cpu']['cores_busy'] or 0:.2f})" if "client_cpu" in r else "-"
+            for r in mine
+        )
         intervals = ", ".join(_interval_text(r) for r in mine)
-        others = ", ".join(f"{r['server_core']['others_s']:.0f}" if "server_core" in r else "-" for r in mine)
+        core = ", ".join(
+            f"{r['server_core']['server_cpu_s']:.0f} / {r['server_core']['others_s']:.0f}"
+            if "server_core" in r
+            else "-"
+            for r in mine
+        )
         lines.append(
-            f"{key} | {MEASURES.get(key, '?')} | {', '.join(_fmt(f) for f in figures)} | {spread} | {cpu} | {intervals}"
-            f" | {others}"
+            f"{key} | {MEASURES.get(key, '?')} | {', '.join(_fmt(f) for f in figures)} | {spread_text(figures)} | {cpu}"
+            f" | {intervals} | {core}"
         )
     return "\n".join(lines)
+
+
+def spread(figures: list[float | None]) -> dict[str, float] | None:
+    """A method's figures across repeats: min, max, mean, (max - min) / mean and max / min; None under two figures
+    (a repeat without a figure is left out, and the text says how many there were)."""
+    known = [float(f) for f in figures if f]
+    if len(known) < 2:
+        return None
+    low, high, mean = min(known), max(known), sum(known) / len(known)
+    return {"min": low, "max": high, "mean": mean, "relative": (high - low) / mean, "ratio": high / low}
+
+
+def spread_text(figures: list[float | None]) -> str:
+    found = spread(figures)
+    if found is None:
+        return "-"
+    missing = sum(1 for f in figures if not f)
+    text = (
+        f"{_fmt(found['min'])}-{_fmt(found['max'])}, mean {_fmt(found['mean'])}, {found['relative']:.0%}, "
+        f"{found['ratio']:.2f}x"
+    )
+    return text + (f" ({len(figures) - missing} of {len(figures)} repeats)" if missing else "")
 
 
 def _interval_text(row: dict[str, Any]) -> str:
@@ -563,7 +591,12 @@ def main(argv: list[str] | None = None) -> int:
     args.server_pids = frozenset()
 
     def save() -> None:  # after every method: a run cut short keeps what it measured
-        results.update(rows=rows, load_avg_after=os.getloadavg(), args=vars(args) | {"out": str(args.out)})
+        spreads = {
+            k: spread([r.get("estimate") for r in rows if r["key"] == k]) for k in dict.fromkeys(r["key"] for r in rows)
+        }
+        results.update(
+            rows=rows, spread=spreads, load_avg_after=os.getloadavg(), args=vars(args) | {"out": str(args.out)}
+        )
         out.write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
 
     everywhere = os.sched_getaffinity(0)  # given back to every thread of the bench at the end

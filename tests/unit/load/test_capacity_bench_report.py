@@ -118,7 +118,17 @@ def test_the_repeat_table_gives_each_method_in_req_s_per_repeat_with_its_spread_
 
     rows = [row("ours", 1, 80.0, 5.0), row("guidellm", 1, 40.0, 60.0), row("ours", 2, 100.0, 6.0)]
     rows.append(row("guidellm", 2, 50.0, 70.0))
+    rows[0]["server_core"] = {"busy_s": 101.0, "server_cpu_s": 95.0, "others_s": 6.0}
     lines = bench.repeat_table(rows).splitlines()
-    assert lines[1].startswith("ours | rate (open loop)") and "| 80, 100 | 1.25x | 5 (0.05), 6 (0.06) |" in lines[1]
+    assert lines[1].startswith("ours | rate (open loop)")
+    assert "| 80, 100 | 80-100, mean 90, 22%, 1.25x | 5 (0.05), 6 (0.06) |" in lines[1]
+    assert lines[1].endswith("| 95 / 6, -")  # the server's own CPU on its core apart from others' on it
     assert lines[2].startswith("guidellm | concurrency (closed loop): completed req/s")
-    assert "| 40, 50 | 1.25x |" in lines[2]
+    assert "| 40, 50 | 40-50, mean 45, 22%, 1.25x |" in lines[2]
+
+
+def test_the_spread_across_repeats_is_min_max_mean_and_relative() -> None:
+    found = bench.spread([30.0, None, 40.0, 35.0])
+    assert found == pytest.approx({"min": 30.0, "max": 40.0, "mean": 35.0, "relative": 10 / 35, "ratio": 4 / 3})
+    assert bench.spread([30.0, None]) is None and bench.spread([]) is None
+    assert bench.spread_text([30.0, None, 40.0]).endswith("(2 of 3 repeats)")  # a repeat without a figure is said
