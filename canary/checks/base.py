@@ -53,7 +53,8 @@ class CheckContext:
 
     def control_for(self) -> CellResult | None:
         """The aggregated control of a P/D cell: same model, image, backend, dtype, runner, and the
-        prefill block size (else any started aggregated cell of the same image and model)."""
+        prefill block size, then the same prefix caching (else any started aggregated cell of the same image
+        and model)."""
         cell = self.cell
         candidates = [
             r
@@ -65,7 +66,7 @@ class CheckContext:
             and startup.verdict in ("pass", "ungated")  # ungated: serving, live config not verified
         ]
 
-        def score(r: CellResult) -> tuple[int, int, int]:
+        def score(r: CellResult) -> tuple[int, int, int, int]:
             c = r.cell
             same_config = (
                 c.backend == cell.backend and c.kv_cache_dtype == cell.kv_cache_dtype and c.runner == cell.runner
@@ -74,6 +75,7 @@ class CheckContext:
                 int(same_config),
                 int(c.prefill_block_size == cell.prefill_block_size),
                 int(c.prefill_block_size == cell.decode_block_size),
+                int(c.prefix_caching == cell.prefix_caching),
             )
 
         return max(candidates, key=score) if candidates else None

@@ -9,6 +9,10 @@ from pydantic import Field, field_validator, model_validator
 from canary.config.base import ExpectKind, PositiveInt, Runner, Strict, Topology
 from canary.config.checks import CheckName
 
+PREFIX_CACHING_FLAGS = ("--enable-prefix-caching", "--no-enable-prefix-caching")
+"""vLLM's prefix-caching switch, on and off: a cell's prefix_caching passes one; a config that plans it may not
+also pass either in extra_args (canary.config.root refuses that)."""
+
 
 class CellMatch(Strict):
     """Selects cells by their axis values; unset fields match anything."""
@@ -30,6 +34,11 @@ class CellMatch(Strict):
     )
     decode_tp: PositiveInt | None = Field(
         None, description="Decode's --tensor-parallel-size (aggregated: == prefill_tp)."
+    )
+    prefix_caching: bool | None = Field(
+        None,
+        description="Prefix caching asked of the cell's engines (matrix.prefix_caching or an include's): true or "
+        "false matches only cells that set it; a cell left to the engine's default is matched by leaving this unset.",
     )
 
 
@@ -97,6 +106,11 @@ class ExtraCell(Strict):
     decode_tp: PositiveInt | None = Field(
         None, description="pd-nixl only: --tensor-parallel-size of decode; unset: the model's tensor_parallel_size."
     )
+    prefix_caching: bool | None = Field(
+        None,
+        description="Prefix caching on (true: --enable-prefix-caching) or off (false: --no-enable-prefix-caching) on "
+        "every engine of the cell (cell id part pc-on / pc-off); unset: the engine's default, and no id part.",
+    )
 
     @model_validator(mode="after")
     def _mixed_pairs_are_pd(self) -> ExtraCell:
@@ -135,6 +149,14 @@ class MatrixSpec(Strict):
         None,
         description="pd-nixl cells: decode --tensor-parallel-size values. Unset: the model's tensor_parallel_size.",
     )
+    prefix_caching: list[bool] | None = Field(
+        None,
+        description="Prefix caching as a dimension: [true, false] runs every cell with it on and off "
+        "(--enable-prefix-caching / --no-enable-prefix-caching, cell id part pc-on / pc-off). Startup verifies "
+        "the engines run what was asked (vllm:cache_config_info enable_prefix_caching) and kv_transfer proves it on "
+        "decode (a prefix it saw comes from its own cache when on, over NIXL when off). Unset: the engine's "
+        "default, no id part.",
+    )
     include: list[ExtraCell] = Field(default_factory=list, description="Cells added by hand.")
     exclude: list[CellMatch] = Field(default_factory=list, description="Cells removed from the plan.")
     expectations: list[Expectation] = Field(default_factory=list, description="Known outcomes (xfail).")
@@ -150,9 +172,11 @@ class MatrixSpec(Strict):
         "every cell. Empty: every cell. The embedded default uses it for a first run of a few minutes.",
     )
 
-    @field_validator("attention_backends", "kv_cache_dtypes", "prefill_tp_sizes", "decode_tp_sizes")
+    @field_validator("attention_backends", "kv_cache_dtypes", "prefill_tp_sizes", "decode_tp_sizes", "prefix_caching")
     @classmethod
-    def _no_duplicates(cls, values: list[str] | list[int] | None) -> list[str] | list[int] | None:
+    def _no_duplicates(
+        cls, values: list[str] | list[int] | list[bool] | None
+    ) -> list[str] | list[int] | list[bool] | None:
         if values is None:
             return values
         if len(set(values)) != len(values):

@@ -10,7 +10,7 @@ from canary.config.base import Platform, Strict
 from canary.config.bisect import BisectConfig
 from canary.config.checks import ChecksConfig
 from canary.config.export import ExportConfig
-from canary.config.matrix import CellMatch, MatrixSpec
+from canary.config.matrix import PREFIX_CACHING_FLAGS, CellMatch, MatrixSpec
 from canary.config.models import ImageSpec, ModelSpec
 from canary.config.targets import TARGET_SECTIONS, TargetConfig
 from canary.core.words import listing
@@ -61,6 +61,31 @@ class CanaryConfig(Strict):
                     f"matrix.include.{index}.decode_block_size",
                     f"an aggregated cell runs one block size, but decode_block_size {extra.decode_block_size} != "
                     f"prefill_block_size {extra.prefill_block_size}: make them equal, or use topology: pd-nixl",
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _prefix_caching_asked_once(self) -> CanaryConfig:
+        """A matrix that plans prefix caching passes the flag itself: the same flag in a model's or the target's
+        extra_args would say the opposite on some cells (the last flag on vLLM's command line wins)."""
+        planned = self.matrix.prefix_caching is not None or any(
+            extra.prefix_caching is not None for extra in self.matrix.include
+        )
+        if not planned:
+            return self
+        places = [(f"models.{i}.extra_args", m.extra_args) for i, m in enumerate(self.models)]
+        for kind in TARGET_SECTIONS:
+            section = getattr(self.target, kind, None)
+            args = getattr(section, "extra_args", None)
+            if isinstance(args, list):
+                places.append((f"target.{kind}.extra_args", args))
+        for key, args in places:
+            flags = [a for a in args if str(a).split("=")[0] in PREFIX_CACHING_FLAGS]
+            if flags:
+                raise RefError(
+                    key,
+                    f"{flags[0]} here and prefix caching planned by the matrix (matrix.prefix_caching or an "
+                    "include's prefix_caching): the cell asks for it; drop the flag from extra_args",
                 )
         return self
 

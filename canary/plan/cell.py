@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from canary.config import Expectation, Runner, Topology
+from canary.config.matrix import PREFIX_CACHING_FLAGS
 from canary.plan.kube_names import k8s_name_for
 
 CellStatus = Literal["planned", "skipped", "unsupported"]
@@ -20,10 +21,10 @@ RISK_COMPRESSED_CACHE = "compressed-cache"
 RISK_MRV2_PD = "mrv2-pd"
 RISK_MIXED_PAIR = "mixed-pair"
 RISK_BLOCK_REWRITE = "block-rewrite"
+"""The cell asks a block size vLLM rewrites for its model's KV family (the catalog's `block_rewrites`)."""
 RISK_PD_TP_RATIO = "pd-tp-ratio"
 """Prefill and decode run different tensor-parallel sizes: decode reads each remote rank's share of the KV
 heads (vLLM's tp_ratio), the heterogeneous-TP path of NIXL."""
-"""The cell asks a block size vLLM rewrites for its model's KV family (the catalog's `block_rewrites`)."""
 HIGH_RISKS = frozenset(
     {
         RISK_KERNEL_SPLIT,
@@ -44,6 +45,11 @@ RISKS: tuple[str, ...] = (
     RISK_PD_TP_RATIO,
 )
 """Every risk flag the planner (canary.plan.matrix) gives a cell."""
+
+
+def prefix_caching_label(on: bool) -> str:
+    """A cell id's prefix-caching part."""
+    return "pc-on" if on else "pc-off"
 
 
 class Cell(BaseModel):
@@ -85,6 +91,9 @@ class Cell(BaseModel):
     decode_image_ref: str | None = Field(None, description="Decode's image reference in a mixed pair.")
     prefill_tp: int = Field(1, description="--tensor-parallel-size of prefill (or of the aggregated server).")
     decode_tp: int = Field(1, description="--tensor-parallel-size of decode (== prefill_tp when aggregated).")
+    prefix_caching: bool | None = Field(
+        None, description="Prefix caching asked of every engine of the cell (None: the engine's default)."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -116,6 +125,20 @@ class Cell(BaseModel):
         if self.topology == "aggregated":
             return f"tp{self.prefill_tp}"
         return f"tp{self.prefill_tp}p{self.decode_tp}d"
+
+    @property
+    def prefix_caching_label(self) -> str | None:
+        """The cell id's prefix-caching part (pc-on, pc-off), None where the cell leaves it to the engine."""
+        if self.prefix_caching is None:
+            return None
+        return prefix_caching_label(self.prefix_caching)
+
+    def prefix_caching_args(self) -> list[str]:
+        """The engine flag that asks for the cell's prefix caching (none where left to the engine's default)."""
+        if self.prefix_caching is None:
+            return []
+        on, off = PREFIX_CACHING_FLAGS
+        return [on if self.prefix_caching else off]
 
     def image_keys(self) -> list[str]:
         """Every image key the cell runs, its own first (a mixed pair's decode image second)."""
@@ -167,6 +190,7 @@ class Cell(BaseModel):
             # a mixed pair's other side and a tensor-parallel shape are coordinates of their own; homogeneous
             # single-rank cells keep the classic axes
             **({"prefill_tp": str(self.prefill_tp), "decode_tp": str(self.decode_tp)} if self.tp_shape_set else {}),
+            **({"prefix_caching": str(self.prefix_caching).lower()} if self.prefix_caching is not None else {}),
             **(
                 {"decode_runner": self.runner_for("decode"), "decode_image": self.image_for("decode")}
                 if self.mixed

@@ -28,6 +28,7 @@ from canary.plan.cell import (
     RISK_PD_TP_RATIO,
     Cell,
     CellStatus,
+    prefix_caching_label,
 )
 
 
@@ -65,14 +66,17 @@ def cell_id(
     decode_runner: str | None = None,
     decode_image: str | None = None,
     tp_shape: str | None = None,
+    prefix_caching: bool | None = None,
 ) -> str:
     """The readable, stable id of a cell (a mixed pair shows both sides: v1-v2, baseline-patched; a
-    tensor-parallel shape other than the model's own follows the blocks: p128-d128.tp2p1d)."""
+    tensor-parallel shape other than the model's own follows the blocks: p128-d128.tp2p1d; prefix caching
+    asked on or off follows them: p256-d256.pc-off)."""
     topo = "agg" if topology == "aggregated" else "pd"
     blocks = f"b{prefill}" if topology == "aggregated" else f"p{prefill}-d{decode}"
     runners = runner if decode_runner in (None, runner) else f"{runner}-{decode_runner}"
     images = _slug(image) if decode_image in (None, image) else f"{_slug(image)}-{_slug(decode_image or '')}"
-    parts = [topo, _slug(backend), blocks, *([tp_shape] if tp_shape else []), _slug(dtype), runners, images]
+    caching = [prefix_caching_label(prefix_caching)] if prefix_caching is not None else []
+    parts = [topo, _slug(backend), blocks, *([tp_shape] if tp_shape else []), *caching, _slug(dtype), runners, images]
     if multi_model:
         parts.insert(0, _slug(model))
     return ".".join(parts)
@@ -95,6 +99,7 @@ def matches(match: CellMatch, cell: Cell) -> bool:
         cell.image_for("decode"),
         cell.prefill_tp,
         cell.decode_tp,
+        cell.prefix_caching,
     )
 
 
@@ -113,6 +118,7 @@ def _matches_values(
     decode_image: str,
     prefill_tp: int,
     decode_tp: int,
+    prefix_caching: bool | None,
 ) -> bool:
     checks: list[tuple[object | None, object]] = [
         (match.model, model),
@@ -128,6 +134,7 @@ def _matches_values(
         (match.decode_image, decode_image),
         (match.prefill_tp, prefill_tp),
         (match.decode_tp, decode_tp),
+        (match.prefix_caching, prefix_caching),
     ]
     if any(want is not None and want != have for want, have in checks):
         return False
@@ -150,6 +157,7 @@ class _Coordinates(BaseModel):
     decode_image: str | None = None
     prefill_tp: int = 1
     decode_tp: int = 1
+    prefix_caching: bool | None = None
 
 
 def crossed_models(config: CanaryConfig) -> list[ModelSpec]:
@@ -181,7 +189,8 @@ def _cross_product(config: CanaryConfig) -> Iterator[_Coordinates]:
             if topology == "aggregated"
             else list(itertools.product(axes.prefill_tp_sizes or [own], axes.decode_tp_sizes or [own]))
         )
-        for (prefill, decode), (prefill_tp, decode_tp) in itertools.product(pairs, shapes):
+        caching: list[bool | None] = list(axes.prefix_caching) if axes.prefix_caching is not None else [None]
+        for (prefill, decode), (prefill_tp, decode_tp), prefix_caching in itertools.product(pairs, shapes, caching):
             yield _Coordinates(
                 model=model.name,
                 family=model.family,
@@ -194,6 +203,7 @@ def _cross_product(config: CanaryConfig) -> Iterator[_Coordinates]:
                 image=image,
                 prefill_tp=prefill_tp,
                 decode_tp=decode_tp,
+                prefix_caching=prefix_caching,
             )
 
 
@@ -219,6 +229,7 @@ def _extra_cells(config: CanaryConfig, extra: ExtraCell) -> Iterator[_Coordinate
             decode_image=extra.decode_image if extra.decode_image != image else None,
             prefill_tp=prefill_tp,
             decode_tp=decode_tp,
+            prefix_caching=extra.prefix_caching,
         )
 
 
@@ -293,6 +304,7 @@ def _judge(config: CanaryConfig, catalog: Catalog, at: _Coordinates) -> Cell:
         at.decode_runner,
         at.decode_image,
         tp_label(at, model.tensor_parallel_size),
+        at.prefix_caching,
     )
     return Cell(
         id=identifier,
@@ -320,6 +332,7 @@ def _judge(config: CanaryConfig, catalog: Catalog, at: _Coordinates) -> Cell:
         decode_image_ref=config.images[at.decode_image].ref if at.decode_image else None,
         prefill_tp=at.prefill_tp,
         decode_tp=at.decode_tp,
+        prefix_caching=at.prefix_caching,
     )
 
 
@@ -409,6 +422,7 @@ def _matches_coordinates(match: CellMatch, at: _Coordinates) -> bool:
         at.decode_image or at.image,
         at.prefill_tp,
         at.decode_tp,
+        at.prefix_caching,
     )
 
 
@@ -439,6 +453,8 @@ def _sort_key(cell: Cell, baseline: str) -> tuple[object, ...]:
         cell.runner,
         cell.prefill_tp,
         cell.decode_tp,
+        # on before off before the engine's default
+        {True: 0, False: 1, None: 2}[cell.prefix_caching],
     )
 
 

@@ -227,19 +227,19 @@ def nightly(cell: Cell, every_night: Sequence[CellMatch] | None) -> bool:
 
 def control_of(cell: Cell, planned: Sequence[Cell]) -> Cell | None:
     """The planned aggregated control of a P/D cell: same model, image, backend, KV dtype, runner
-    and the prefill block size (what the parity and paired-accuracy checks prefer)."""
+    and the prefill block size (what the parity and paired-accuracy checks prefer), with the same prefix
+    caching where one is planned."""
     if cell.topology == "aggregated":
         return None
-    return next(
-        (
-            c
-            for c in planned
-            if c.topology == "aggregated"
-            and (c.model, c.image, c.backend, c.kv_cache_dtype, c.runner, c.prefill_block_size)
-            == (cell.model, cell.image, cell.backend, cell.kv_cache_dtype, cell.runner, cell.prefill_block_size)
-        ),
-        None,
-    )
+    candidates = [
+        c
+        for c in planned
+        if c.topology == "aggregated"
+        and (c.model, c.image, c.backend, c.kv_cache_dtype, c.runner, c.prefill_block_size)
+        == (cell.model, cell.image, cell.backend, cell.kv_cache_dtype, cell.runner, cell.prefill_block_size)
+    ]
+    same_caching = [c for c in candidates if c.prefix_caching == cell.prefix_caching]
+    return next(iter(same_caching or candidates), None)
 
 
 def _with_controls(cells: Sequence[Cell], planned: Sequence[Cell], chosen: set[str]) -> list[Cell]:

@@ -270,7 +270,7 @@ class EnginePlanner:
                 "kv_buffer_device": platform.kv_buffer_device,
             }
             argv += ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
-        return argv + model_args + list(self.settings.extra_args)
+        return argv + cell.prefix_caching_args() + model_args + list(self.settings.extra_args)
 
     def router_command(self) -> list[str]:
         """The configured router command with its program as an absolute path where it is a path."""

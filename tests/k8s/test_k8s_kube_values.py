@@ -295,3 +295,25 @@ def test_a_pd_tp_shape_gives_each_role_its_tensor_parallel_size_and_gpus(tmp_pat
         args = container["args"]
         assert args[args.index("--tensor-parallel-size") + 1] == tp, role
         assert str(container["resources"]["limits"]["nvidia.com/gpu"]) == tp, role
+
+
+def test_a_cell_that_asks_for_prefix_caching_passes_the_flag_to_each_pod(tmp_path: Path) -> None:
+    """matrix.prefix_caching [true, false]: the chart's servers get --enable-prefix-caching or
+    --no-enable-prefix-caching (through the cell's extraArgs, before the model's own)."""
+    from k8s_helpers import render
+
+    config = _config(matrix={**BASE["matrix"], "prefix_caching": [True, False]})
+    values = render_values(config, list(plan(config).planned()))
+    pairs = [c for c in values["cells"] if c["topology"] == "pd-nixl"]
+    on = next(c for c in pairs if ".pc-on." in c["id"])
+    off = next(c for c in pairs if ".pc-off." in c["id"])
+    assert on["extraArgs"][0] == "--enable-prefix-caching"
+    assert off["extraArgs"][0] == "--no-enable-prefix-caching"
+    file = tmp_path / "values.yaml"
+    file.write_text(yaml.safe_dump({"cells": [off]}))
+    docs = render("vllm-pd", tmp_path, [file])
+    servers = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith(("-prefill", "-decode"))]
+    assert len(servers) == 2
+    for deployment in servers:
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert "--no-enable-prefix-caching" in args and "--enable-prefix-caching" not in args

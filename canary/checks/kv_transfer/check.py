@@ -16,6 +16,12 @@ the counters again and judges the difference:
   prompts share long prefixes, so most of decode's prompt tokens are local cache hits either
   way. This also catches partial recompute, which growing bytes alone would not.
 
+A cell that asks for prefix caching on or off (matrix.prefix_caching) also gets a gate on decode's own prefix
+cache: the check sends one prompt of at least two of decode's blocks twice (its reuse probe). On, the second
+must find at least one full block in decode's cache (`local_cache_hit` grows by a block or more: the path
+where decode pulls only the tail of a prompt over NIXL ran); off, no prompt token may come from decode's cache
+during the checks (the engine honoured off).
+
 Aggregated cells move no KV: they get a `skipped` result ("not applicable"), which never changes
 a cell's verdict. Missing evidence is never a zero: a counter a gate reads that decode does not
 export (before or after the checks), or no snapshot before the checks (the hook failed: its error is
@@ -136,6 +142,61 @@ def send_probes(base_url: str, model: str, count: int, timeout_s: float = 120.0)
     return ok
 
 
+REUSE_SENDS = 2
+"""The reuse probe's prompt is sent this often: the second send finds the first's blocks when caching is on."""
+
+
+def reuse_words(block: int, max_model_len: int) -> int | None:
+    """Words of the reuse probe: two of decode's blocks and a few more (a word is at least one token), while twice
+    as many tokens as words still fit the model; None where no prompt of more than one block fits."""
+    words = min(2 * block + 8, (max_model_len - 16) // 2)
+    return words if words > block else None
+
+
+def reuse_prompt(words: int) -> str:
+    """The reuse probe's prompt: `words` words of the probe text after its own first words."""
+    vocabulary = PROBE_WORDS.split()
+    return "reuse probe: " + " ".join(vocabulary[i % len(vocabulary)] for i in range(words))
+
+
+def send_reuse_probe(base_url: str, model: str, words: int, timeout_s: float = 120.0) -> int:
+    """Send the reuse probe's prompt REUSE_SENDS times (one output token each); return how many succeeded."""
+    url = base_url.rstrip("/").removesuffix("/v1") + "/v1/completions"
+    body = json.dumps({"model": model, "prompt": reuse_prompt(words), "max_tokens": 1, "temperature": 0.0}).encode()
+    ok = 0
+    for _ in range(REUSE_SENDS):
+        request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                json.loads(response.read())
+            ok += 1
+        except (OSError, ValueError):
+            continue
+    return ok
+
+
+def prefix_cache_gate(prefix_caching: bool, delta: KvCounters, block: int) -> Gate:
+    """Decode's prefix cache against what the cell asked: on, it served at least one block of a prompt it had
+    seen; off, it served no prompt token at all."""
+    hits = delta.prompt_tokens_cache_hit
+    if prefix_caching:
+        return Gate(
+            name="decode-prefix-cache-hit",
+            passed=hits >= block,
+            observed=hits,
+            threshold=float(block),
+            detail=f"prefix caching on: decode served {hits:.0f} prompt tokens from its own prefix cache "
+            f"(at least one block of {block} asked: the reuse probe's second send)",
+        )
+    return Gate(
+        name="decode-prefix-cache-off",
+        passed=hits == 0,
+        observed=hits,
+        threshold=0.0,
+        detail=f"prefix caching off: decode served {hits:.0f} prompt tokens from a prefix cache it should not keep",
+    )
+
+
 def recompute_share(delta: KvCounters) -> float:
     """Share of decode's uncached prompt tokens it computed itself (0 when none were uncached)."""
     uncached = delta.prompt_tokens_local_compute + delta.prompt_tokens_external
@@ -208,6 +269,7 @@ def kv_transfer_check(ctx: CheckContext) -> CheckResult:
     if not isinstance(before, KvCounters):
         return _no_snapshot(ctx, url)
     probes_ok = send_probes(ctx.deployment.base_url, ctx.deployment.served_model, settings.probe_requests)
+    reuse = _reuse(ctx)
     try:
         samples = promtext.scrape(url)
     except CanaryError as exc:
@@ -224,6 +286,8 @@ def kv_transfer_check(ctx: CheckContext) -> CheckResult:
     delta = after.minus(before)
     baseline = "snapshot before the checks"
     gates = judge(delta, settings.min_bytes, settings.max_recompute_share)
+    if ctx.cell.prefix_caching is not None and isinstance(reuse.get("words"), int):
+        gates.append(prefix_cache_gate(ctx.cell.prefix_caching, delta, ctx.cell.decode_block_size))
     layout = judge_transfers(_layout(ctx, "prefill"), _layout(ctx, "decode"), ctx.config.platform)
     if ctx.config.checks.startup.layout_probe:
         gates += layout.gates
@@ -246,9 +310,27 @@ def kv_transfer_check(ctx: CheckContext) -> CheckResult:
             "before": asdict(before),
             "after": asdict(after),
             "probe_requests": settings.probe_requests,
+            **({"reuse_probe": reuse} if reuse else {}),
             "layout": layout.evidence if ctx.config.checks.startup.layout_probe else "probe off",
         },
     )
+
+
+def _reuse(ctx: CheckContext) -> dict[str, object]:
+    """Send the reuse probe where the cell asks for prefix caching on or off; what was sent, for the evidence
+    ({} where the cell leaves prefix caching to the engine)."""
+    if ctx.cell.prefix_caching is None:
+        return {}
+    model = next(m for m in ctx.config.models if m.name == ctx.cell.model)
+    words = reuse_words(ctx.cell.decode_block_size, model.max_model_len)
+    if words is None:
+        return {
+            "words": None,
+            "why": f"no prompt of two blocks of {ctx.cell.decode_block_size} fits max_model_len "
+            f"{model.max_model_len}: the prefix-cache gate is not judged",
+        }
+    ok = send_reuse_probe(ctx.deployment.base_url, ctx.deployment.served_model, words)
+    return {"words": words, "sends": REUSE_SENDS, "ok": ok}
 
 
 def _no_snapshot(ctx: CheckContext, url: str) -> CheckResult:

@@ -69,9 +69,10 @@ NO_STARTUP_RECORD = (
 )
 LOG_FIELDS = ("attention backend", "model runner")
 """Fields read from the startup log: unknown with a log that lacks the startup record -> invalid."""
-METRIC_FIELDS = ("block_size", "kv_cache_dtype")
+METRIC_FIELDS = ("block_size", "kv_cache_dtype", "enable_prefix_caching")
 """Fields read from vllm:cache_config_info only: unknown on any engine -> invalid (the block size is the
-canary's core claim; no other source says which KV dtype the cache holds)."""
+canary's core claim; no other source says which KV dtype the cache holds, or whether prefix caching is on
+where the cell asked for it on or off)."""
 
 _USING_BACKEND = re.compile(
     r"Using (?:AttentionBackendEnum\.)?([A-Z][A-Z0-9_]+) (?:attention backend out of potential backends|backend\.)"
@@ -98,6 +99,7 @@ class Observed:
     backend: str | None = None
     runner: str | None = None
     kernel_block_size: int | None = None
+    prefix_caching: bool | None = None
     has_log: bool = True
     sources: dict[str, str] = field(default_factory=dict)
 
@@ -111,6 +113,8 @@ class Expected:
     backend: str
     runner: str
     kv_cache_dtype: str
+    prefix_caching: bool | None = None
+    """None: the cell leaves it to the engine (not judged)."""
 
 
 # --------------------------------------------------------------------------- reading
@@ -123,6 +127,11 @@ def _int(value: str | None) -> int | None:
         return int(float(value))
     except ValueError:
         return None
+
+
+def bool_label(value: str | None) -> bool | None:
+    """A boolean label as vLLM's CacheConfig.metrics_info writes it (str(True)); None: absent or not a boolean."""
+    return {"true": True, "false": False}.get((value or "").strip().lower())
 
 
 def cache_config(samples: list[Sample]) -> dict[str, str]:
@@ -200,6 +209,7 @@ def observe(server: ServerInfo, cpu: bool, layout: Mapping[str, object] | None =
             observed.kv_cache_dtype = labels.get("cache_dtype")
             observed.num_gpu_blocks = _int(labels.get("num_gpu_blocks"))
             observed.kv_cache_size_tokens = _int(labels.get("kv_cache_size_tokens"))
+            observed.prefix_caching = bool_label(labels.get("enable_prefix_caching"))
             observed.sources["cache_config"] = f"{CACHE_INFO} at {server.metrics_url}"
         else:
             observed.sources["cache_config"] = f"no {CACHE_INFO} at {server.metrics_url}"
@@ -238,6 +248,7 @@ def expected_for(cell: Cell, role: str) -> Expected:
         backend=cell.backend.upper(),
         runner=cell.runner_for(role),
         kv_cache_dtype=cell.kv_cache_dtype,
+        prefix_caching=cell.prefix_caching,
     )
 
 
@@ -257,6 +268,7 @@ def compare(expected: Expected, observed: Observed) -> tuple[list[str], list[str
         ("attention backend", expected.backend, observed.backend),
         ("model runner", expected.runner, observed.runner),
         ("kernel block size", expected.kernel_block_size, observed.kernel_block_size),
+        ("enable_prefix_caching", expected.prefix_caching, observed.prefix_caching),
     ]
     for name, want, have in pairs:
         if want is None:

@@ -106,8 +106,9 @@ def _cell_values(config: CanaryConfig, cell: Cell, series_hashes: dict[str, str]
         values["nixl"] = {"placement": nixl.placement, "ucxTls": (nixl.ucx_tls or "") if on_host else nixl.tls}
         if on_host and nixl.progress_delay_us is not None:  # CPU engines cannot spare a polling core each
             values["nixl"]["progressDelayUs"] = nixl.progress_delay_us
-    if model.extra_args:
-        values["extraArgs"] = list(model.extra_args)
+    extra_args = cell.prefix_caching_args() + list(model.extra_args)
+    if extra_args:
+        values["extraArgs"] = extra_args
     if model.env:  # the chart sets a cell's env on each of its servers, after vllm.env and roleEnv
         values["env"] = [{"name": name, "value": value} for name, value in model.env.items()]
     if cell.risks:
