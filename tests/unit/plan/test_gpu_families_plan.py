@@ -23,8 +23,9 @@ from canary.plan.matrix import find, plan
 from canary.plan.validate import validate_plan
 from canary.targets.kubernetes.values import render_values
 
-GPU_CONFIGS = {"h200-mrv2-pd.yaml": (560, 36), "one-box-8gpu.yaml": (28, 22)}
-"""Planned cells of the dense cross product (unchanged by the families) and of the family models."""
+GPU_CONFIGS = {"h200-mrv2-pd.yaml": (562, 38), "one-box-8gpu.yaml": (28, 22)}
+"""Planned cells of the dense cross product (560 before the families; +2 prefix-caching pairs) and of the family models
+(+2 prefix-caching pairs on h200)."""
 GEMMA_1P2D = "gemma3_4b.pd.flash_attn.p128-d128.tp1p2d.auto.v2.baseline"
 UPSTREAM_XFAILS = {  # model -> the upstream xfail configs its P/D cells carry (PR #37069 configs/xfail_*.yaml)
     "gemma3-4b": "xfail_tp_gemma_sw_fa_",
