@@ -16,11 +16,15 @@ the counters again and judges the difference:
   prompts share long prefixes, so most of decode's prompt tokens are local cache hits either
   way. This also catches partial recompute, which growing bytes alone would not.
 
-A cell that asks for prefix caching on or off (matrix.prefix_caching) also gets a gate on decode's own prefix
-cache: the check sends one prompt of at least two of decode's blocks twice (its reuse probe). On, the second
-must find at least one full block in decode's cache (`local_cache_hit` grows by a block or more: the path
-where decode pulls only the tail of a prompt over NIXL ran); off, no prompt token may come from decode's cache
-during the checks (the engine honoured off).
+Every P/D cell also sends its reuse probe: one prompt of prose of at least two of decode's blocks, twice,
+greedy, a few tokens each. With prefix caching on (vLLM's default) decode finds the first send's blocks in its
+own cache on the second send and pulls only the prompt's tail over NIXL: the KV it then holds is the same
+bytes as the first time, so the second answer must be the first one (`reuse-same-output`; a tail pulled into
+the wrong blocks changes it). The parity check cannot see this path: its teacher-forced scoring asks for
+prompt logprobs, which vLLM computes without the prefix cache. A cell that asks for prefix caching on or off
+(matrix.prefix_caching) also gets a gate on decode's own cache: on, the second send must find at least one
+full block there (`local_cache_hit` grows by a block or more: the tail-only path ran); off, no prompt token
+may come from decode's cache during the checks (the engine honoured off).
 
 Aggregated cells move no KV: they get a `skipped` result ("not applicable"), which never changes
 a cell's verdict. Missing evidence is never a zero: a counter a gate reads that decode does not
@@ -38,6 +42,8 @@ from dataclasses import asdict, dataclass
 from canary.checks.base import CheckContext, before_checks, register
 from canary.checks.kv_transfer.estimate import estimate
 from canary.checks.kv_transfer.exported import EXPORTED
+from canary.checks.parity.client import tokenize
+from canary.checks.parity.text import PARAGRAPHS
 from canary.checks.startup.layout import judge_transfers
 from canary.config import KvTransferCheckConfig
 from canary.core import metric_keys as keys
@@ -144,35 +150,54 @@ def send_probes(base_url: str, model: str, count: int, timeout_s: float = 120.0)
 
 REUSE_SENDS = 2
 """The reuse probe's prompt is sent this often: the second send finds the first's blocks when caching is on."""
+REUSE_TOKENS = 8
+"""Greedy tokens each send of the reuse probe asks for (the first comes from prefill, the rest from decode)."""
 
 
-def reuse_words(block: int, max_model_len: int) -> int | None:
-    """Words of the reuse probe: two of decode's blocks and a few more (a word is at least one token), while twice
-    as many tokens as words still fit the model; None where no prompt of more than one block fits."""
-    words = min(2 * block + 8, (max_model_len - 16) // 2)
-    return words if words > block else None
+def reuse_length(block: int, max_model_len: int) -> int | None:
+    """Tokens of the reuse probe's prompt: two and a half of decode's blocks (two full blocks for decode's cache to
+    hold, a tail to pull), within the model with its answer; None where no prompt of more than one block fits."""
+    tokens = min(2 * block + block // 2, max_model_len - REUSE_TOKENS - 1)
+    return tokens if tokens > block + 1 else None
 
 
-def reuse_prompt(words: int) -> str:
-    """The reuse probe's prompt: `words` words of the probe text after its own first words."""
-    vocabulary = PROBE_WORDS.split()
-    return "reuse probe: " + " ".join(vocabulary[i % len(vocabulary)] for i in range(words))
+def reuse_ids(text_ids: list[int], tokens: int) -> list[int]:
+    """The reuse probe's prompt as token ids: the prose's first `tokens` (repeated where it is shorter)."""
+    if not text_ids:
+        raise CanaryError("the reuse probe's prose tokenized to nothing")
+    repeats = -(-tokens // len(text_ids))
+    return (text_ids * repeats)[:tokens]
 
 
-def send_reuse_probe(base_url: str, model: str, words: int, timeout_s: float = 120.0) -> int:
-    """Send the reuse probe's prompt REUSE_SENDS times (one output token each); return how many succeeded."""
+def send_reuse_probe(base_url: str, model: str, ids: list[int], timeout_s: float = 120.0) -> list[str | None]:
+    """Send the reuse probe's prompt REUSE_SENDS times (REUSE_TOKENS greedy tokens each); each send's text, None
+    where it failed."""
     url = base_url.rstrip("/").removesuffix("/v1") + "/v1/completions"
-    body = json.dumps({"model": model, "prompt": reuse_prompt(words), "max_tokens": 1, "temperature": 0.0}).encode()
-    ok = 0
+    body = json.dumps({"model": model, "prompt": ids, "max_tokens": REUSE_TOKENS, "temperature": 0.0}).encode()
+    texts: list[str | None] = []
     for _ in range(REUSE_SENDS):
         request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                json.loads(response.read())
-            ok += 1
-        except (OSError, ValueError):
-            continue
-    return ok
+                texts.append(str(json.loads(response.read())["choices"][0]["text"]))
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            texts.append(None)
+    return texts
+
+
+def reuse_output_gate(texts: list[str | None]) -> Gate:
+    """The reuse probe's sends answered alike: decode's KV of a prompt it had seen (its own cached prefix and the
+    tail it pulled) is the KV it pulled whole the first time."""
+    first, *rest = texts
+    answered = first is not None and all(t is not None for t in rest)
+    same = answered and all(t == first for t in rest)
+    detail = (
+        f"the reuse probe's {len(texts)} sends answered {'the same' if same else 'differently'}: "
+        + " | ".join(repr(t) for t in texts)
+        if answered
+        else f"the reuse probe got no answer to compare ({sum(t is not None for t in texts)} of {len(texts)} answered)"
+    )
+    return Gate(name="reuse-same-output", passed=same, observed=float(same), threshold=1.0, detail=detail)
 
 
 def prefix_cache_gate(prefix_caching: bool, delta: KvCounters, block: int) -> Gate:
@@ -286,8 +311,11 @@ def kv_transfer_check(ctx: CheckContext) -> CheckResult:
     delta = after.minus(before)
     baseline = "snapshot before the checks"
     gates = judge(delta, settings.min_bytes, settings.max_recompute_share)
-    if ctx.cell.prefix_caching is not None and isinstance(reuse.get("words"), int):
-        gates.append(prefix_cache_gate(ctx.cell.prefix_caching, delta, ctx.cell.decode_block_size))
+    texts = reuse.get("texts")
+    if isinstance(texts, list):
+        gates.append(reuse_output_gate(texts))
+        if ctx.cell.prefix_caching is not None:
+            gates.append(prefix_cache_gate(ctx.cell.prefix_caching, delta, ctx.cell.decode_block_size))
     layout = judge_transfers(_layout(ctx, "prefill"), _layout(ctx, "decode"), ctx.config.platform)
     if ctx.config.checks.startup.layout_probe:
         gates += layout.gates
@@ -310,27 +338,32 @@ def kv_transfer_check(ctx: CheckContext) -> CheckResult:
             "before": asdict(before),
             "after": asdict(after),
             "probe_requests": settings.probe_requests,
-            **({"reuse_probe": reuse} if reuse else {}),
+            "reuse_probe": reuse,
             "layout": layout.evidence if ctx.config.checks.startup.layout_probe else "probe off",
         },
     )
 
 
 def _reuse(ctx: CheckContext) -> dict[str, object]:
-    """Send the reuse probe where the cell asks for prefix caching on or off; what was sent, for the evidence
-    ({} where the cell leaves prefix caching to the engine)."""
-    if ctx.cell.prefix_caching is None:
-        return {}
+    """Send the reuse probe; what was sent and answered, for the gates and the evidence."""
     model = next(m for m in ctx.config.models if m.name == ctx.cell.model)
-    words = reuse_words(ctx.cell.decode_block_size, model.max_model_len)
-    if words is None:
+    tokens = reuse_length(ctx.cell.decode_block_size, model.max_model_len)
+    if tokens is None:
         return {
-            "words": None,
-            "why": f"no prompt of two blocks of {ctx.cell.decode_block_size} fits max_model_len "
-            f"{model.max_model_len}: the prefix-cache gate is not judged",
+            "tokens": None,
+            "why": f"no prompt of more than one block of {ctx.cell.decode_block_size} fits max_model_len "
+            f"{model.max_model_len}: the reuse gates are not judged",
         }
-    ok = send_reuse_probe(ctx.deployment.base_url, ctx.deployment.served_model, words)
-    return {"words": words, "sends": REUSE_SENDS, "ok": ok}
+    engine = ctx.deployment.server("prefill")  # an engine answers /tokenize (the router may not)
+    try:
+        text_ids = tokenize(
+            engine.base_url if engine else ctx.deployment.base_url, ctx.deployment.served_model, " ".join(PARAGRAPHS)
+        )
+        ids = reuse_ids(text_ids, tokens)
+    except CanaryError as exc:
+        return {"tokens": tokens, "texts": [None] * REUSE_SENDS, "error": str(exc)}
+    texts = send_reuse_probe(ctx.deployment.base_url, ctx.deployment.served_model, ids)
+    return {"tokens": tokens, "sends": REUSE_SENDS, "max_tokens": REUSE_TOKENS, "texts": texts}
 
 
 def _no_snapshot(ctx: CheckContext, url: str) -> CheckResult:

@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 import yaml
 
-from canary.checks.kv_transfer.check import KvCounters, prefix_cache_gate, reuse_prompt, reuse_words
+from canary.checks.kv_transfer.check import (
+    REUSE_TOKENS,
+    KvCounters,
+    prefix_cache_gate,
+    reuse_ids,
+    reuse_length,
+    reuse_output_gate,
+)
 from canary.checks.startup.check import (
     Observed,
     bool_label,
@@ -184,10 +191,19 @@ def test_kv_transfer_gates_decodes_own_prefix_cache_against_what_was_asked() -> 
     assert not prefix_cache_gate(False, _delta(16), 256).passed  # a cache it should not keep
 
 
-def test_the_reuse_probe_spans_two_blocks_where_the_model_takes_it() -> None:
-    assert reuse_words(256, 2048) == 520
-    assert reuse_words(16, 2048) == 40
-    assert reuse_words(384, 2048) == 776
-    assert reuse_words(1024, 2048) is None  # one block and more does not fit twice over
-    words = reuse_words(128, 1024)
-    assert words == 264 and len(reuse_prompt(words).split()) == words + 2
+def test_the_reuse_probe_spans_two_blocks_and_a_tail_where_the_model_takes_it() -> None:
+    assert reuse_length(256, 2048) == 640
+    assert reuse_length(16, 2048) == 40
+    assert reuse_length(384, 2048) == 960
+    assert reuse_length(1024, 2048) == 2048 - REUSE_TOKENS - 1  # capped by the model, still over one block
+    assert reuse_length(1024, 1030) is None  # not even one block and a token fits
+    assert reuse_ids([1, 2, 3], 7) == [1, 2, 3, 1, 2, 3, 1]
+    assert reuse_ids(list(range(100)), 40) == list(range(40))
+
+
+def test_the_reuse_probe_must_answer_alike_when_decode_reuses_its_cached_prefix() -> None:
+    assert reuse_output_gate([" the keeper", " the keeper"]).passed
+    changed = reuse_output_gate([" the keeper", " a ship a"])
+    assert not changed.passed and changed.name == "reuse-same-output" and "differently" in changed.detail
+    unanswered = reuse_output_gate([" the keeper", None])
+    assert not unanswered.passed and "no answer" in unanswered.detail  # missing evidence never passes

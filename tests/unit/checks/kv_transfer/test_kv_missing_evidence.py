@@ -6,6 +6,7 @@ decode with series removed); the real-engine path is tests/integration/test_kv_t
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,7 +33,8 @@ BYTES = (
 
 
 class DecodeMetrics(BaseHTTPRequestHandler):
-    """STAND-IN decode /metrics: serves `exposition`; every other path 404 (the check's probes then fail)."""
+    """STAND-IN decode /metrics: serves `exposition`; /tokenize and /v1/completions answer like vLLM (the reuse
+    probe's two sends answer alike); every other path 404 (the short probes then fail)."""
 
     exposition: ClassVar[str] = ""
 
@@ -44,9 +46,15 @@ class DecodeMetrics(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_POST(self) -> None:
-        self.send_response(404)
-        self.send_header("Content-Length", "0")
+        length = int(self.headers.get("Content-Length", "0"))
+        request = json.loads(self.rfile.read(length) or b"{}")
+        answers = {"/tokenize": {"tokens": list(range(1, 300))}, "/v1/completions": {"choices": [{"text": " same"}]}}
+        known = self.path in answers and (self.path == "/tokenize" or isinstance(request.get("prompt"), list))
+        body = json.dumps(answers[self.path]).encode() if known else b""
+        self.send_response(200 if known else 404)
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        self.wfile.write(body)
 
     def log_message(self, *args: object) -> None:
         del args
