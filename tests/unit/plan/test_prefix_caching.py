@@ -19,6 +19,7 @@ from canary.checks.kv_transfer.check import (
     reuse_length,
     reuse_output_gate,
 )
+from canary.checks.parity.fidelity import Position
 from canary.checks.startup.check import (
     Observed,
     bool_label,
@@ -201,9 +202,22 @@ def test_the_reuse_probe_spans_two_blocks_and_a_tail_where_the_model_takes_it() 
     assert reuse_ids(list(range(100)), 40) == list(range(40))
 
 
+def _send(*tokens: tuple[int, float, int, float]) -> list[Position]:
+    """A generation: per position the token taken, its logprob, and the runner-up with its logprob."""
+    return [Position(token=t, logprob=lp, top={t: lp, r: rlp}) for t, lp, r, rlp in tokens]
+
+
 def test_the_reuse_probe_must_answer_alike_when_decode_reuses_its_cached_prefix() -> None:
-    assert reuse_output_gate([" the keeper", " the keeper"]).passed
-    changed = reuse_output_gate([" the keeper", " a ship a"])
-    assert not changed.passed and changed.name == "reuse-same-output" and "differently" in changed.detail
-    unanswered = reuse_output_gate([" the keeper", None])
+    same = _send((5, -0.1, 6, -2.0), (7, -0.2, 8, -3.0))
+    assert reuse_output_gate([same, list(same)]).passed
+    # another answer from the second position on, far from a tie: the tail decode pulled is not the prompt's
+    wrong = _send((5, -0.1, 6, -2.0), (8, -0.3, 7, -2.5))
+    changed = reuse_output_gate([same, wrong])
+    assert not changed.passed and changed.name == "reuse-same-output" and "token 1: 7 -> 8" in changed.detail
+    # both sends rank 7 and 8 within 0.02 nats: another summation order tipped a tie
+    tie_a = _send((5, -0.1, 6, -2.0), (7, -0.690, 8, -0.696))
+    tie_b = _send((5, -0.1, 6, -2.0), (8, -0.690, 7, -0.697))
+    tipped = reuse_output_gate([tie_a, tie_b])
+    assert tipped.passed and "near-tie" in tipped.detail
+    unanswered = reuse_output_gate([same, None])
     assert not unanswered.passed and "no answer" in unanswered.detail  # missing evidence never passes

@@ -48,7 +48,13 @@ class DecodeMetrics(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", "0"))
         request = json.loads(self.rfile.read(length) or b"{}")
-        answers = {"/tokenize": {"tokens": list(range(1, 300))}, "/v1/completions": {"choices": [{"text": " same"}]}}
+        generated = {  # the reuse probe's greedy tokens with their logprobs, alike on every send
+            "tokens": [f"token_id:{t}" for t in range(1, 9)],
+            "token_logprobs": [-0.5] * 8,
+            "top_logprobs": [{f"token_id:{t}": -0.5, "token_id:99": -3.0} for t in range(1, 9)],
+        }
+        completion = {"choices": [{"text": " same", "logprobs": generated, "token_ids": list(range(1, 9))}]}
+        answers = {"/tokenize": {"tokens": list(range(1, 300))}, "/v1/completions": completion}
         known = self.path in answers and (self.path == "/tokenize" or isinstance(request.get("prompt"), list))
         body = json.dumps(answers[self.path]).encode() if known else b""
         self.send_response(200 if known else 404)
