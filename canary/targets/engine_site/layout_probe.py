@@ -182,6 +182,19 @@ def grain_of(shape: list[int], num_blocks: int, logical: int, kernel: int) -> st
     return "unknown"
 
 
+def grain_reference(groups: list[dict[str, Any]]) -> tuple[int, int]:
+    """(logical, kernel) block the attention views are judged against: both of the first attention group (a
+    Mamba / GDN state group's block is not an attention page: with prefix caching off it is the whole model
+    length, 2048 beside an attention group of 384), else of the first group that has them."""
+    sized = [g for g in groups if g.get("logical_block_size")]
+    attention = [g for g in sized if g.get("kind") != "mamba"] or sized
+    if not attention:
+        return 0, 0
+    first = attention[0]
+    kernels = first.get("kernel_block_sizes") or []
+    return int(first["logical_block_size"]), int(kernels[0]) if kernels and kernels[0] else 0
+
+
 def _views(named: list[tuple[str, Any]], num_blocks: int, logical: int, kernel: int) -> list[dict[str, Any]]:
     """Distinct tensor layouts among named views (first MAX_TENSORS, with the layers sharing each)."""
     out: list[dict[str, Any]] = []
@@ -360,8 +373,7 @@ def record_runner_state(
             }
         )
     num_blocks = int(getattr(config, "num_blocks", 0) or 0)
-    logical = next((g["logical_block_size"] for g in groups if g["logical_block_size"]), 0) or 0
-    kernel = next((g["kernel_block_sizes"][0] for g in groups if g["kernel_block_sizes"]), 0) or 0
+    logical, kernel = grain_reference(groups)
     manager = getattr(runner, "_canary_manager_views", None) or {}
     bound = getattr(runner, "kv_caches", None)
     layer_names = [n for g in _groups_of(config) for n in g.layer_names]
@@ -404,9 +416,7 @@ def record_nixl_entry(recorder: Recorder, worker: Any, args: tuple[Any, ...], kw
     with recorder.lock:
         nixl = dict(recorder.record.get("nixl") or {})
         record = recorder.record
-        groups = [g for g in record.get("kv_cache_groups") or [] if g.get("logical_block_size")]
-        logical = int(groups[0]["logical_block_size"]) if groups else 0
-        kernel = int(groups[0]["kernel_block_sizes"][0]) if groups and groups[0].get("kernel_block_sizes") else 0
+        logical, kernel = grain_reference(list(record.get("kv_cache_groups") or []))
         num_blocks = int(record.get("num_blocks") or 0)
     nixl["input_views"] = _views(named, num_blocks, logical, kernel)
     recorder.update(nixl=nixl)

@@ -9,7 +9,7 @@ from canary.checks.startup.layout import interior_split_is_token_split, judge_la
 from canary.config.load import load_config
 from canary.plan.cell import Cell
 from canary.plan.matrix import plan
-from canary.targets.engine_site.layout_probe import grain_of
+from canary.targets.engine_site.layout_probe import grain_of, grain_reference
 
 
 def _cell(config_path: str, predicate: Any) -> tuple[Any, Cell]:
@@ -44,6 +44,20 @@ def _record(
     if nixl_size is not None:
         record["nixl"] = {"block_size": nixl_size, "num_blocks": nixl_blocks, "physical_blocks_per_logical": ratio}
     return record
+
+
+def test_the_grain_is_judged_against_the_attention_group_not_a_state_group() -> None:
+    """The tiny Qwen3-Next with prefix caching off (measured 2026-12-05): its 3 GDN state groups have a block of the
+    whole model length (2048) and come first; its attention group pages by 384. The attention view [10922, 2, 384, 64]
+    is at the attention group's grain ('same'), not 'unknown' against the state group's 2048."""
+    state = {"kind": "mamba", "logical_block_size": 2048, "kernel_block_sizes": [2048]}
+    full = {"kind": "full", "logical_block_size": 384, "kernel_block_sizes": [384]}
+    assert grain_reference([state, state, state, full]) == (384, 384)
+    logical, kernel = grain_reference([state, state, state, full])
+    assert grain_of([10922, 2, 384, 64], 10922, logical, kernel) == "same"
+    assert grain_reference([state]) == (2048, 2048)  # a model of state groups only: theirs
+    assert grain_reference([{"kind": "full", "logical_block_size": 128, "kernel_block_sizes": [32]}]) == (128, 32)
+    assert grain_reference([]) == (0, 0)
 
 
 def test_grain_of_tells_logical_from_kernel_views() -> None:
