@@ -225,6 +225,25 @@ def reuse_output_gate(sends: list[Series | None]) -> Gate:
     return Gate(name="reuse-same-output", passed=passed, observed=worst_gap, threshold=REUSE_TIE_NATS, detail=detail)
 
 
+def sliding_window_decode(family: str, layout: dict[str, object] | None) -> str | None:
+    """Why decode cannot find a prompt's prefix in its own cache (None: it can): a decode with a sliding-window KV
+    cache group receives only the window's blocks of that group over NIXL (measured on the tiny Gemma-3: 3 blocks
+    where the full group gets 10), so it never holds a sliding group's blocks before the window, and a prefix hit
+    needs every group. Read from the engine's own layout record, else the model's declared family."""
+    groups = layout.get("kv_cache_groups") if isinstance(layout, dict) else None
+    if isinstance(groups, list):
+        sliding = [g for g in groups if isinstance(g, dict) and g.get("kind") == "sliding"]
+        if not sliding:
+            return None
+        return (
+            f"decode has {len(sliding)} sliding-window KV cache group(s) (its layout record), whose blocks before the "
+            "window NIXL does not send: it cannot hold a prompt's prefix in every group"
+        )
+    if family == "sliding-window":
+        return "a sliding-window model (no layout record): decode cannot hold a prompt's prefix in every group"
+    return None
+
+
 def prefix_cache_gate(prefix_caching: bool, delta: KvCounters, block: int) -> Gate:
     """Decode's prefix cache against what the cell asked: on, it served at least one block of a prompt it had
     seen; off, it served no prompt token at all."""
@@ -340,7 +359,11 @@ def kv_transfer_check(ctx: CheckContext) -> CheckResult:
     if isinstance(sends, list):
         gates.append(reuse_output_gate(sends))
         if ctx.cell.prefix_caching is not None:
-            gates.append(prefix_cache_gate(ctx.cell.prefix_caching, delta, ctx.cell.decode_block_size))
+            window = sliding_window_decode(ctx.cell.family, _layout(ctx, "decode"))
+            if ctx.cell.prefix_caching and window:
+                reuse["decode_prefix_cache_hit"] = f"not judged: {window}"
+            else:
+                gates.append(prefix_cache_gate(ctx.cell.prefix_caching, delta, ctx.cell.decode_block_size))
     layout = judge_transfers(_layout(ctx, "prefill"), _layout(ctx, "decode"), ctx.config.platform)
     if ctx.config.checks.startup.layout_probe:
         gates += layout.gates

@@ -18,6 +18,7 @@ from canary.checks.kv_transfer.check import (
     reuse_ids,
     reuse_length,
     reuse_output_gate,
+    sliding_window_decode,
 )
 from canary.checks.parity.fidelity import Position
 from canary.checks.startup.check import (
@@ -221,3 +222,14 @@ def test_the_reuse_probe_must_answer_alike_when_decode_reuses_its_cached_prefix(
     assert tipped.passed and "near-tie" in tipped.detail
     unanswered = reuse_output_gate([same, None])
     assert not unanswered.passed and "no answer" in unanswered.detail  # missing evidence never passes
+
+
+def test_a_decode_with_a_sliding_window_group_is_not_asked_for_a_prefix_hit() -> None:
+    """Measured on the tiny Gemma-3 P/D pair with prefix caching on: decode served 0 prompt tokens from its own
+    cache (NIXL sends a sliding group only the window's blocks, so no prefix is whole in every group)."""
+    sliding = {"kv_cache_groups": [{"kind": "sliding"}, {"kind": "sliding"}, {"kind": "full"}]}
+    why = sliding_window_decode("dense", sliding)  # the engine's record wins over the declared family
+    assert why is not None and "2 sliding-window KV cache group(s)" in why
+    assert sliding_window_decode("sliding-window", {"kv_cache_groups": [{"kind": "full"}]}) is None
+    assert sliding_window_decode("sliding-window", None) is not None  # no record: the declared family
+    assert sliding_window_decode("dense", None) is None
