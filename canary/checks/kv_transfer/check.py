@@ -36,7 +36,9 @@ since the decode process started would include traffic of earlier cells).
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
+from collections import Counter
 from dataclasses import asdict, dataclass
 
 from canary.checks.base import CheckContext, before_checks, register
@@ -272,8 +274,19 @@ def recompute_share(delta: KvCounters) -> float:
     return delta.prompt_tokens_local_compute / uncached if uncached > 0 else 0.0
 
 
-def judge(delta: KvCounters, min_bytes: int, max_recompute_share: float) -> list[Gate]:
-    """The three gates from counter deltas over the checks."""
+NIXL_FAILURE = re.compile(r"NIXL transfer failure: ([a-z_]+)")
+"""vLLM's NIXL worker's log line for a failed transfer or handshake (base_worker.py `_log_failure`)."""
+
+
+def failure_kinds(log: str) -> str:
+    """The NIXL failure types a log names, counted ('handshake_setup_failed x2'); '' where it names none."""
+    counts = Counter(NIXL_FAILURE.findall(log))
+    return ", ".join(f"{kind} x{n}" if n > 1 else kind for kind, n in counts.most_common())
+
+
+def judge(delta: KvCounters, min_bytes: int, max_recompute_share: float, decode_log: str = "") -> list[Gate]:
+    """The three gates from counter deltas over the checks (decode_log: its failures named where any)."""
+    kinds = failure_kinds(decode_log) if delta.failed_transfers else ""
     share = recompute_share(delta)
     return [
         Gate(
@@ -288,7 +301,8 @@ def judge(delta: KvCounters, min_bytes: int, max_recompute_share: float) -> list
             passed=delta.failed_transfers == 0,
             observed=delta.failed_transfers,
             threshold=0.0,
-            detail=f"{delta.failed_transfers:.0f} failed NIXL transfers during the checks",
+            detail=f"{delta.failed_transfers:.0f} failed NIXL transfers during the checks"
+            + (f" (decode's log: {kinds})" if kinds else ""),
         ),
         Gate(
             name="decode-did-not-recompute",
@@ -354,7 +368,8 @@ def kv_transfer_check(ctx: CheckContext) -> CheckResult:
         )
     delta = after.minus(before)
     baseline = "snapshot before the checks"
-    gates = judge(delta, settings.min_bytes, settings.max_recompute_share)
+    decode = ctx.deployment.server("decode")
+    gates = judge(delta, settings.min_bytes, settings.max_recompute_share, decode.log_text() if decode else "")
     sends = reuse.pop("sends", None)
     if isinstance(sends, list):
         gates.append(reuse_output_gate(sends))

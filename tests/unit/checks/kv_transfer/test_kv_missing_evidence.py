@@ -136,3 +136,24 @@ def test_a_failed_snapshot_is_invalid_naming_its_error_not_totals_since_start(de
     assert result.verdict == "invalid", result.summary
     assert result.summary.startswith("the snapshot before the checks failed: CanaryError: cannot scrape"), result
     assert "http://127.0.0.1:9/metrics" in result.evidence["missing_snapshot"]
+
+
+def test_failed_transfers_are_named_from_decodes_log() -> None:
+    """The lines vLLM's NIXL worker logs (measured on a 1p2d pair whose first handshake missed vLLM's 5 s deadline)."""
+    log = (
+        "(Worker_TP0 pid=22107) ERROR 12-05 09:02:50 [base_worker.py:1318]"
+        " NIXL transfer failure: handshake_setup_failed"
+        " | Context: {'failure_type': 'handshake_setup_failed'}\n"
+        "(Worker_TP1 pid=22108) ERROR 12-05 09:02:50 [base_worker.py:1318]"
+        " NIXL transfer failure: handshake_setup_failed"
+        " | Context: {}\n"
+        "(Worker_TP1 pid=22108) ERROR 12-05 09:02:50 [base_worker.py:1354]"
+        " NIXL transfer failure: handshake_failed | x\n"
+    )
+    assert kv_transfer.failure_kinds(log) == "handshake_setup_failed x2, handshake_failed"
+    counters = kv_transfer.KvCounters(1e6, 4, 2, 100, 0, 100, 0, 2)
+    (failed,) = [g for g in kv_transfer.judge(counters, 1, 0.5, log) if g.name == "no-failed-transfers"]
+    assert not failed.passed and "(decode's log: handshake_setup_failed x2, handshake_failed)" in failed.detail
+    clean = kv_transfer.KvCounters(1e6, 4, 0, 100, 0, 100, 0, 2)
+    (passed,) = [g for g in kv_transfer.judge(clean, 1, 0.5, log) if g.name == "no-failed-transfers"]
+    assert passed.passed and "decode's log" not in passed.detail
