@@ -10,6 +10,7 @@ cell whose engine dies is never reported as the known bug it was expected to sho
 from __future__ import annotations
 
 import datetime as dt
+import re
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ words where no status is known (a pod that restarted), None while it runs."""
 LOG_LINES = 12
 """Log lines kept from before a death."""
 
+ACCESS_LINE = re.compile(r'^INFO:\s+[\d.:\[\]a-f]+ - "')
+"""A uvicorn access-log line of the API server (left out of a death's log tail)."""
 ENGINE_DEAD_MARKERS = ("EngineDeadError", "EngineCore encountered an issue", "died unexpectedly")
 """Log text vLLM writes when its engine core is gone (vllm/v1/engine/exceptions.py ENGINE_DEAD_MESSAGE,
 vllm/v1/executor/multiproc_executor.py, vllm/v1/utils.py); the first such line is kept as the cause."""
@@ -78,7 +81,10 @@ def _log_evidence(log_path: Path | None) -> tuple[str | None, tuple[str, ...]]:
     except OSError:
         return None, ()
     cause = next((line.strip() for line in lines if any(m in line for m in ENGINE_DEAD_MARKERS)), None)
-    return cause, tuple(line[:400] for line in lines[-LOG_LINES:])
+    # The server's access lines ('INFO: 127.0.0.1:5182 - "POST /v1/completions HTTP/1.1" 500') are left out: a
+    # server whose engine core died answers 500 to every request until it exits, which would fill the tail.
+    own = [line for line in lines if not ACCESS_LINE.match(line)]
+    return cause, tuple(line[:400] for line in own[-LOG_LINES:])
 
 
 def deaths(roles: dict[str, Path | None], exit_status: ExitStatus) -> list[EngineDeath]:

@@ -29,7 +29,7 @@ from canary.plan.matrix import find, plan
 from canary.run.cells import engines_died, execute
 from canary.targets import processes
 from canary.targets.base import Deployment, ServerInfo
-from canary.targets.liveness import describe_exit
+from canary.targets.liveness import LOG_LINES, deaths, describe_exit
 
 PD_KNOWN_BAD = "pd.cpu_attn.p32-d64.auto.v1.baseline"
 STARTUP_FAIL = "agg.cpu_attn.b16.auto.v1.baseline"
@@ -325,3 +325,24 @@ def test_startup_without_live_config_verification_is_ungated(tmp_path: Path) -> 
         result = startup_check(CheckContext(cell, deployment, config, tmp_path))
     assert result.verdict == "ungated", result.summary
     assert "live config not verified" in result.summary
+
+
+def test_a_deaths_log_tail_keeps_the_engines_lines_not_the_500s_it_answered_while_dying(tmp_path: Path) -> None:
+    """Measured (make test, fault 12): an API server whose engine core died answered every parity request with 500
+    until it exited, and the tail was 12 access lines; the engine's own lines are what a reader needs."""
+    log = tmp_path / "decode.log"
+    engine = [
+        "(EngineCore pid=7) ERROR 12-05 09:29:01 [core.py:1] EngineCore encountered a fatal error.",
+        "(APIServer pid=6) ERROR 12-05 09:29:01 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: dead",
+    ]
+    access = [
+        f'INFO:     127.0.0.1:{51800 + i} - "POST /v1/completions HTTP/1.1" 500 Internal Server Error'
+        for i in range(40)
+    ]
+    log.write_text(
+        "\n".join(["(APIServer pid=6) INFO 12-05 09:28:00 [api_server.py:1] started", *engine, *access]) + "\n"
+    )
+    (death,) = deaths({"decode": log}, lambda role: 1)
+    assert death.cause is not None and "EngineDeadError" in death.cause
+    assert death.log_tail[-2:] == tuple(engine) and len(death.log_tail) <= LOG_LINES
+    assert not any("POST /v1/completions" in line for line in death.log_tail)
