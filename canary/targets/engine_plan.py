@@ -352,6 +352,9 @@ class EnginePlanner:
                 cpu_bind=bind,
                 layout_dir=layout_dirs[role_name],
                 gpus=gpus or None,
+                in_process_core=not (
+                    role_name == "prefill" and cell.tp_for("prefill") == 1 and cell.tp_for("decode") > 1
+                ),
             )
             env = engine_env(
                 self.config,

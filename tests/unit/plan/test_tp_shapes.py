@@ -202,3 +202,29 @@ def test_a_rank_bind_names_the_engines_cores(bind: str, cores: tuple[int, ...]) 
     from canary.targets.affinity import bind_cores
 
     assert bind_cores(bind) == cores
+
+
+@pytest.mark.parametrize(
+    ("shape", "in_process"),
+    [
+        ((1, 2), {"prefill": False, "decode": True}),  # the single-rank prefill before a TP-2 decode: its own core
+        ((2, 1), {"prefill": True, "decode": True}),
+        ((2, 2), {"prefill": True, "decode": True}),
+        ((1, 1), {"prefill": True, "decode": True}),
+    ],
+)
+def test_a_single_rank_prefill_before_a_multi_rank_decode_runs_its_engine_core_in_its_own_process(
+    tmp_path: Path, shape: tuple[int, int], in_process: dict[str, bool]
+) -> None:
+    """Measured on cpu-families' 1p2d pair: with the prefill's engine core in its API server's process, decode's two
+    ranks missed vLLM's fixed 5 s NIXL handshake deadline on the first request (2 of 2 runs); in its own process
+    (vLLM's default) the pair passed."""
+    prefill_tp, decode_tp = shape
+    config = _config(_pd(prefill_tp=prefill_tp, decode_tp=decode_tp))
+    (cell,) = [c for c in plan(config).planned() if c.topology == "pd-nixl"]
+    planner = EnginePlanner(config, cache_dir=tmp_path, cores=2, gpus_here=None)
+    ports = {name: str(20000 + i) for i, name in enumerate(port_names(cell))}
+    builds = {"baseline": EngineBuild(tmp_path / "python")}
+    servers = {s.role: s for s in planner.plan(cell, ports, builds, layout_root="/logs", dry_run=True).servers}
+    for role, expected in in_process.items():
+        assert (servers[role].env.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0") is expected, role
