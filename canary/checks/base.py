@@ -51,6 +51,14 @@ class CheckContext:
     """The target's deploy, for a check that needs another cell deployed beside this one (the paired
     throughput verdict deploys the baseline counterpart); None where the runner gives none."""
 
+    def engine_url(self) -> str:
+        """A server of the cell that answers /tokenize (an engine: the router may not), else the cell's endpoint."""
+        for role in ("aggregated", "prefill", "decode"):
+            server = self.deployment.server(role)
+            if server is not None:
+                return server.base_url
+        return self.deployment.base_url
+
     def control_for(self) -> CellResult | None:
         """The aggregated control of a P/D cell: same model, image, backend, dtype, runner, and the
         prefill block size, then the same prefix caching (else any started aggregated cell of the same image

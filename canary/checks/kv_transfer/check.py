@@ -352,7 +352,7 @@ def kv_transfer_check(ctx: CheckContext) -> CheckResult:
     if not isinstance(before, KvCounters):
         return _no_snapshot(ctx, url)
     probes_ok = send_probes(ctx.deployment.base_url, ctx.deployment.served_model, settings.probe_requests)
-    reuse = _reuse(ctx)
+    reuse, sends = _reuse(ctx)
     try:
         samples = promtext.scrape(url)
     except CanaryError as exc:
@@ -370,8 +370,7 @@ def kv_transfer_check(ctx: CheckContext) -> CheckResult:
     baseline = "snapshot before the checks"
     decode = ctx.deployment.server("decode")
     gates = judge(delta, settings.min_bytes, settings.max_recompute_share, decode.log_text() if decode else "")
-    sends = reuse.pop("sends", None)
-    if isinstance(sends, list):
+    if sends is not None:
         gates.append(reuse_output_gate(sends))
         if ctx.cell.prefix_caching is not None:
             window = sliding_window_decode(ctx.cell.family, _layout(ctx, "decode"))
@@ -407,31 +406,24 @@ def kv_transfer_check(ctx: CheckContext) -> CheckResult:
     )
 
 
-def _reuse(ctx: CheckContext) -> dict[str, object]:
-    """Send the reuse probe; what was sent and answered, for the gates and the evidence."""
+def _reuse(ctx: CheckContext) -> tuple[dict[str, object], list[Series | None] | None]:
+    """Send the reuse probe: what was sent and answered (the evidence) and each send's generation (None where the
+    model cannot take a prompt of more than one block: no gate)."""
     model = next(m for m in ctx.config.models if m.name == ctx.cell.model)
     tokens = reuse_length(ctx.cell.decode_block_size, model.max_model_len)
     if tokens is None:
-        return {
-            "tokens": None,
-            "why": f"no prompt of more than one block of {ctx.cell.decode_block_size} fits max_model_len "
-            f"{model.max_model_len}: the reuse gates are not judged",
-        }
-    engine = ctx.deployment.server("prefill")  # an engine answers /tokenize (the router may not)
-    try:
-        text_ids = tokenize(
-            engine.base_url if engine else ctx.deployment.base_url, ctx.deployment.served_model, " ".join(PARAGRAPHS)
+        why = (
+            f"no prompt of more than one block of {ctx.cell.decode_block_size} fits max_model_len "
+            f"{model.max_model_len}: the reuse gates are not judged"
         )
-        ids = reuse_ids(text_ids, tokens)
+        return {"tokens": None, "why": why}, None
+    try:
+        ids = reuse_ids(tokenize(ctx.engine_url(), ctx.deployment.served_model, " ".join(PARAGRAPHS)), tokens)
     except CanaryError as exc:
-        return {"tokens": tokens, "sends": [None] * REUSE_SENDS, "error": str(exc)}
+        return {"tokens": tokens, "error": str(exc)}, [None] * REUSE_SENDS
     sends = send_reuse_probe(ctx.deployment.base_url, ctx.deployment.served_model, ids)
-    return {
-        "tokens": tokens,
-        "sends": sends,
-        "max_tokens": REUSE_TOKENS,
-        "answers": [[p.token for p in s] if s is not None else None for s in sends],
-    }
+    answers = [[p.token for p in s] if s is not None else None for s in sends]
+    return {"tokens": tokens, "max_tokens": REUSE_TOKENS, "answers": answers}, sends
 
 
 def _no_snapshot(ctx: CheckContext, url: str) -> CheckResult:

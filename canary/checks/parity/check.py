@@ -99,21 +99,12 @@ def measure_reference(
     return refs, {"wave_concurrency": settings.null_concurrency, "wave_requests": 3 * len(prompts)}
 
 
-def tokenizer_url(ctx: CheckContext) -> str:
-    """A server of the cell that answers /tokenize (an engine: the router may not)."""
-    for role in ("aggregated", "prefill", "decode"):
-        server = ctx.deployment.server(role)
-        if server is not None:
-            return server.base_url
-    return ctx.deployment.base_url
-
-
 def _prompts(ctx: CheckContext) -> tuple[list[ParityPrompt], str, list[int]]:
     settings, model = ctx.config.checks.parity, ctx.deployment.served_model
     model_spec = next((m for m in ctx.config.models if m.name == ctx.cell.model), ctx.config.models[0])
     items, where = source_items(ctx.config, model_spec.source)
     sizes = block_sizes(ctx.config)
-    url = tokenizer_url(ctx)
+    url = ctx.engine_url()
     every = prompt_lengths(ctx.config, sizes)
     # built at every length (a prompt's text depends on its place in that list), sent at the cell's
     prompts = build_prompts(

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from canary.checks.base import CheckContext
-from canary.checks.parity.check import block_sides, judge_pd, measure_reference, tokenizer_url
+from canary.checks.parity.check import block_sides, judge_pd, measure_reference
 from canary.checks.parity.client import ParityError, generate, rescore, tokenize
 from canary.checks.parity.fidelity import Fidelity, Series, compare
 from canary.checks.parity.prompts import STRIDE, ParityPrompt, PromptError, build_prompts, source_items
@@ -84,7 +84,7 @@ def build_sample_prompts(ctx: CheckContext, count: int) -> tuple[list[ParityProm
     settings = config.checks.parity
     spec = next((m for m in config.models if m.name == ctx.cell.model), config.models[0])
     items, where = source_items(config, spec.source)
-    url = tokenizer_url(ctx)
+    url = ctx.engine_url()
     lengths = sample_lengths(config.checks.throughput.load_parity, count, max_prompt_length(config))
     prompts = build_prompts(
         items,
